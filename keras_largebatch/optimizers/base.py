@@ -1,0 +1,332 @@
+"""Training-time plumbing shared by LAMB and LARS: where gradients are reduced, clipped,
+accumulated and applied.
+
+Keras 3's `Optimizer` clips gradients and applies weight decay on each replica's share of
+the batch, before the cross-replica sum, and its gradient accumulation calls `merge_call`
+inside a `cond`, which `tf.distribute.MirroredStrategy` rejects. A layer-wise trust ratio is
+only right on the gradient of the whole global batch, so this base class reorders the step:
+
+1. sum the gradients over replicas (TensorFlow, inside a replica context);
+2. with ``gradient_accumulation_steps = k``: add them to the accumulators and use the mean
+   of the k micro-batch gradients;
+3. clip (``clipnorm``, ``clipvalue``, ``global_clipnorm``) the global-batch gradient;
+4. on an update step, run `update_step` for every variable (weight decay is part of the
+   update, inside the trust ratio, never applied separately by the base class).
+
+The learning-rate schedule and the bias correction see the optimizer step count
+(`iterations`), which advances once per k micro-batches.
+"""
+
+import math
+import numbers
+
+import keras
+from keras import ops
+
+from keras_largebatch.optimizers.trust_ratio import ExclusionRule
+
+
+def check_number(argument, value, *, low=None, high=None, low_open=False, high_open=False):
+    """Raise unless ``value`` is a finite real number in the given interval.
+
+    The message names the argument, the value and the allowed interval, e.g.
+    ``beta_1 must be in [0, 1), got 1.5``.
+    """
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{argument} must be a number, got {value!r} of type {type(value).__name__}")
+    left = "(" if low_open else "["
+    right = ")" if high_open else "]"
+    interval = f"{left}{'-inf' if low is None else low}, {'inf' if high is None else high}{right}"
+    too_low = low is not None and (value <= low if low_open else value < low)
+    too_high = high is not None and (value >= high if high_open else value > high)
+    if not math.isfinite(value) or too_low or too_high:
+        raise ValueError(f"{argument} must be in {interval}, got {value!r}")
+
+
+def _check_learning_rate(learning_rate):
+    # Schedules, callables and variables are checked by Keras; plain numbers here, because
+    # a negative or NaN rate would otherwise only show up as a diverged run.
+    if isinstance(learning_rate, numbers.Real) and not isinstance(learning_rate, bool):
+        check_number("learning_rate", learning_rate, low=0.0)
+
+
+def _check_trust_ratio_bounds(min_trust_ratio, max_trust_ratio):
+    if min_trust_ratio is not None:
+        check_number("min_trust_ratio", min_trust_ratio, low=0.0)
+    if max_trust_ratio is not None:
+        check_number("max_trust_ratio", max_trust_ratio, low=0.0, low_open=True)
+    if (
+        min_trust_ratio is not None
+        and max_trust_ratio is not None
+        and min_trust_ratio > max_trust_ratio
+    ):
+        raise ValueError(
+            "min_trust_ratio must be <= max_trust_ratio, got "
+            f"min_trust_ratio={min_trust_ratio} > max_trust_ratio={max_trust_ratio}"
+        )
+
+
+def _check_accumulation_steps(steps):
+    if steps is None:
+        return None
+    if isinstance(steps, bool) or not isinstance(steps, numbers.Integral):
+        raise TypeError(
+            "gradient_accumulation_steps must be an integer >= 1 or None, got "
+            f"{steps!r} of type {type(steps).__name__}"
+        )
+    if steps < 1:
+        raise ValueError(f"gradient_accumulation_steps must be an integer >= 1 or None, got {steps}")
+    # One micro-batch per step is no accumulation; Keras itself rejects 1.
+    return int(steps) if steps > 1 else None
+
+
+class LayerwiseAdaptiveOptimizer(keras.optimizers.Optimizer):
+    """Base class of `LAMB` and `LARS`; not meant to be used directly.
+
+    Subclasses implement `update_step(gradient, variable, learning_rate)` and read, per
+    variable, `_decays(variable)`, `_adapts(variable)` and call `_record_trust_ratio`.
+    """
+
+    def __init__(
+        self,
+        learning_rate,
+        weight_decay,
+        exclude_from_weight_decay,
+        exclude_from_layer_adaptation,
+        min_trust_ratio,
+        max_trust_ratio,
+        record_trust_ratio,
+        clipnorm,
+        clipvalue,
+        global_clipnorm,
+        use_ema,
+        ema_momentum,
+        ema_overwrite_frequency,
+        loss_scale_factor,
+        gradient_accumulation_steps,
+        name,
+        **kwargs,
+    ):
+        _check_learning_rate(learning_rate)
+        check_number("weight_decay", weight_decay, low=0.0)
+        _check_trust_ratio_bounds(min_trust_ratio, max_trust_ratio)
+        if not isinstance(record_trust_ratio, bool):
+            raise TypeError(f"record_trust_ratio must be a bool, got {record_trust_ratio!r}")
+        for argument, value in (
+            ("clipnorm", clipnorm),
+            ("clipvalue", clipvalue),
+            ("global_clipnorm", global_clipnorm),
+        ):
+            if value is not None:
+                check_number(argument, value, low=0.0, low_open=True)
+        super().__init__(
+            learning_rate=learning_rate,
+            weight_decay=weight_decay,
+            clipnorm=clipnorm,
+            clipvalue=clipvalue,
+            global_clipnorm=global_clipnorm,
+            use_ema=use_ema,
+            ema_momentum=ema_momentum,
+            ema_overwrite_frequency=ema_overwrite_frequency,
+            loss_scale_factor=loss_scale_factor,
+            gradient_accumulation_steps=_check_accumulation_steps(gradient_accumulation_steps),
+            name=name,
+            **kwargs,
+        )
+        self._weight_decay_rule = ExclusionRule(exclude_from_weight_decay, "exclude_from_weight_decay")
+        self._layer_adaptation_rule = ExclusionRule(
+            exclude_from_layer_adaptation, "exclude_from_layer_adaptation"
+        )
+        self.min_trust_ratio = min_trust_ratio
+        self.max_trust_ratio = max_trust_ratio
+        self.record_trust_ratio = record_trust_ratio
+
+    def build(self, variables):
+        if self.built:
+            return
+        super().build(variables)
+        # Decided once here, as Python booleans, so the step pays nothing for the rules.
+        self._decay_mask = [
+            self.weight_decay > 0
+            and self._use_weight_decay(variable)
+            and not self._weight_decay_rule.excludes(variable)
+            for variable in variables
+        ]
+        self._adapt_mask = [not self._layer_adaptation_rule.excludes(variable) for variable in variables]
+        self._trust_ratio_records = None
+        if self.record_trust_ratio:
+            self._trust_ratio_records = [
+                self.add_variable(shape=(), initializer="ones", dtype="float32", name="trust_ratio")
+                for _ in variables
+            ]
+
+    def _decays(self, variable):
+        """Whether weight decay applies to ``variable`` (decided at build)."""
+        return self._decay_mask[self._get_variable_index(variable)]
+
+    def _adapts(self, variable):
+        """Whether ``variable`` gets a trust ratio (else the ratio is 1)."""
+        return self._adapt_mask[self._get_variable_index(variable)]
+
+    def _record_trust_ratio(self, variable, ratio):
+        if self._trust_ratio_records is not None:
+            self.assign(self._trust_ratio_records[self._get_variable_index(variable)], ratio)
+
+    def trust_ratios(self):
+        """The trust ratio applied to each variable at the last update, by variable path.
+
+        Only available when the optimizer was built with ``record_trust_ratio=True``;
+        excluded variables report 1.0.
+        """
+        if not self.record_trust_ratio:
+            raise ValueError(
+                f"{self.__class__.__name__} was constructed with record_trust_ratio=False; "
+                "pass record_trust_ratio=True to read trust ratios"
+            )
+        if not self.built:
+            return {}
+        return {
+            variable.path: float(ops.convert_to_numpy(record))
+            for variable, record in zip(self._trainable_variables, self._trust_ratio_records)
+        }
+
+    def _get_current_learning_rate(self):
+        # Keras evaluates schedules at the micro-batch counter; under accumulation the
+        # schedule must advance once per optimizer step, like the bias correction.
+        if isinstance(self._learning_rate, keras.optimizers.schedules.LearningRateSchedule):
+            return self._learning_rate(self.iterations)
+        return super()._get_current_learning_rate()
+
+    def _apply_weight_decay(self, variables):
+        # Weight decay is part of `update_step`, inside the trust ratio. Keras's base class
+        # would otherwise shrink the weights a second time, outside it.
+        return
+
+    def _backend_apply_gradients(self, grads, trainable_variables):
+        grads = _sum_over_replicas(grads)
+        steps = self.gradient_accumulation_steps
+        if steps:
+            accumulators = [
+                self._accumulated_gradients[self._get_variable_index(v)] for v in trainable_variables
+            ]
+            totals = [ops.add(a, ops.cast(g, a.dtype)) for a, g in zip(accumulators, grads)]
+            grads = [ops.divide(t, steps) for t in totals]
+            is_update_step = ops.equal((self._iterations + 1) % steps, 0)
+        grads = self._clip_gradients(grads)
+        learning_rate = self.learning_rate
+        if not steps:
+            _for_each_variable(
+                self,
+                lambda variable, grad, learning_rate: self.update_step(grad, variable, learning_rate),
+                trainable_variables,
+                [grads],
+                shared=(learning_rate,),
+            )
+        elif keras.backend.backend() == "jax":
+            self._accumulate_without_branches(grads, trainable_variables, learning_rate, totals, is_update_step)
+        else:
+            self._accumulate_with_cond(grads, trainable_variables, learning_rate, totals, is_update_step)
+        if self.use_ema:
+            self._update_model_variables_moving_average(self._trainable_variables)
+            if self.ema_overwrite_frequency:
+                ops.cond(
+                    (self.iterations + 1) % self.ema_overwrite_frequency == 0,
+                    lambda: self._overwrite_model_variables_with_average_value(self._trainable_variables),
+                    lambda: None,
+                )
+
+    def _accumulate_with_cond(self, grads, variables, learning_rate, totals, is_update_step):
+        # The branch is taken per variable, inside the per-device update function, where a
+        # `cond` holds no `merge_call`: this is what lets accumulation run under
+        # MirroredStrategy.
+        accumulators = [self._accumulated_gradients[self._get_variable_index(v)] for v in variables]
+
+        def step_or_accumulate(variable, grad, total, accumulator, learning_rate, is_update_step):
+            def update():
+                self.update_step(grad, variable, learning_rate)
+                self.assign(accumulator, ops.zeros_like(total))
+
+            ops.cond(is_update_step, update, lambda: self.assign(accumulator, total))
+
+        _for_each_variable(
+            self,
+            step_or_accumulate,
+            variables,
+            [grads, totals, accumulators],
+            shared=(learning_rate, is_update_step),
+        )
+
+    def _accumulate_without_branches(self, grads, variables, learning_rate, totals, is_update_step):
+        # JAX traces both branches of a cond with stateless variables, so compute the update
+        # and keep it or the old values with `where`.
+        state = list(variables) + [v for v in self.variables if v is not self._iterations]
+        before = [v.value for v in state]
+        for grad, variable in zip(grads, variables):
+            self.update_step(grad, variable, learning_rate)
+        for variable, old in zip(state, before):
+            variable.assign(ops.where(is_update_step, variable.value, old))
+        for variable, total in zip(variables, totals):
+            accumulator = self._accumulated_gradients[self._get_variable_index(variable)]
+            accumulator.assign(ops.where(is_update_step, ops.zeros_like(total), total))
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            {
+                "exclude_from_weight_decay": self._weight_decay_rule.get_config(),
+                "exclude_from_layer_adaptation": self._layer_adaptation_rule.get_config(),
+                "min_trust_ratio": self.min_trust_ratio,
+                "max_trust_ratio": self.max_trust_ratio,
+                "record_trust_ratio": self.record_trust_ratio,
+            }
+        )
+        return config
+
+    @classmethod
+    def from_config(cls, config, custom_objects=None):
+        config = dict(config)
+        for key in ("exclude_from_weight_decay", "exclude_from_layer_adaptation"):
+            if key in config:
+                config[key] = ExclusionRule.spec_from_config(config[key])
+        return super().from_config(config, custom_objects=custom_objects)
+
+
+def _sum_over_replicas(grads):
+    """All-reduce (sum) the gradients over replicas when called in a TF replica context.
+
+    JAX's `DataParallel` and a single device already produce the global-batch gradient.
+    """
+    if keras.backend.backend() != "tensorflow":
+        return grads
+    import tensorflow as tf
+
+    context = tf.distribute.get_replica_context()
+    if context is None or context.num_replicas_in_sync == 1:
+        return grads
+    return context.all_reduce(tf.distribute.ReduceOp.SUM, list(grads))
+
+
+def _for_each_variable(optimizer, fn, variables, columns, shared=()):
+    """Run ``fn(variable, *[column[i] for column in columns], *shared)`` for each variable.
+
+    ``columns`` are per-variable lists (gradients, accumulator totals, ...), ``shared`` the
+    values every call sees (learning rate, update-step flag). On TensorFlow this goes through
+    the strategy's ``extended.update`` (from a `merge_call` when in a replica context), which
+    runs ``fn`` once per device on that device's copy of the variable with that device's
+    values, as Keras's own TF optimizer does.
+    """
+    if keras.backend.backend() != "tensorflow":
+        for i, variable in enumerate(variables):
+            fn(variable, *[column[i] for column in columns], *shared)
+        return
+    import tensorflow as tf
+
+    def update_on_devices(distribution, columns, shared):
+        for i, variable in enumerate(variables):
+            tf_variable = variable.value if isinstance(variable, keras.Variable) else variable
+            args = tuple(column[i] for column in columns) + tuple(shared)
+            distribution.extended.update(tf_variable, fn, args=args, group=False)
+
+    tf.__internal__.distribute.interim.maybe_merge_call(
+        update_on_devices, optimizer._distribution_strategy, [list(c) for c in columns], tuple(shared)
+    )

@@ -1,0 +1,170 @@
+"""LARS: layer-wise adaptive rate scaling for large-batch SGD with momentum."""
+
+import keras
+from keras import ops
+
+from keras_largebatch.optimizers.base import LayerwiseAdaptiveOptimizer, check_number
+from keras_largebatch.optimizers.trust_ratio import l2_norm, trust_ratio
+
+
+@keras.saving.register_keras_serializable(package="keras_largebatch")
+class LARS(LayerwiseAdaptiveOptimizer):
+    """LARS optimizer (You, Gitman, Ginsburg, 2017) in the MLPerf ResNet-50 form.
+
+    For each variable ``w`` with gradient ``g``::
+
+        trust = trust_coefficient * ||w|| / (||g|| + weight_decay * ||w|| + epsilon)
+                # 1 if ||w|| == 0 or ||g|| == 0, or w is excluded from layer adaptation
+        trust = min(trust / learning_rate, 1)          # only with clip=True (LARC)
+        v = momentum * v + learning_rate * trust * (g + weight_decay * w)
+        w = w - v                                      # nesterov=True:
+        # w = w - (momentum * v + learning_rate * trust * (g + weight_decay * w))
+
+    The decay term is skipped for variables excluded from weight decay. The velocity ``v``
+    holds the learning rate, as in the MLPerf reference, so a change of rate takes effect
+    through new steps only.
+
+    Args:
+        learning_rate: float, `LearningRateSchedule` or callable. Defaults to ``1.0``
+            (MLPerf uses a base rate near 20 at batch 32K with trust_coefficient 0.001).
+        momentum: momentum in [0, 1). Defaults to ``0.9`` (0.94-0.95 at batch 32K+).
+        trust_coefficient: eta, >= 0. Defaults to ``0.001``.
+        epsilon: added to the trust-ratio denominator, >= 0. Defaults to ``0.0`` (MLPerf).
+        weight_decay: decay rate added to the gradient, >= 0. Defaults to ``0.0``.
+        nesterov: Nesterov momentum. Defaults to ``False``.
+        clip: LARC's clip mode, ``trust = min(trust / learning_rate, 1)``, so that the
+            local rate never exceeds the global one (NVIDIA apex LARC). Defaults to ``False``.
+        exclude_from_weight_decay: ``None`` (default: rank-0/1 variables, i.e. biases and
+            batch-norm parameters, are excluded), a list of regular expressions searched in
+            ``variable.path``, or a callable ``variable -> bool``. ``[]`` excludes nothing.
+        exclude_from_layer_adaptation: the same rules for the trust ratio. Defaults to
+            ``None``.
+        min_trust_ratio, max_trust_ratio: clamp the computed trust ratio (before the LARC
+            clip), or ``None`` (default).
+        record_trust_ratio: keep the ratio applied to each variable at the last step,
+            readable with `trust_ratios()`. Defaults to ``False``.
+        clipnorm, clipvalue, global_clipnorm: as in Keras, applied to the global-batch
+            gradient after the cross-replica sum and accumulation.
+        gradient_accumulation_steps: int >= 1 or ``None``.
+        name, use_ema, ema_momentum, ema_overwrite_frequency, loss_scale_factor: as in
+            `keras.optimizers.Optimizer`.
+
+    References:
+        - You, Gitman, Ginsburg, "Large Batch Training of Convolutional Networks", 2017.
+          https://arxiv.org/abs/1708.03888
+        - MLPerf training reference, ResNet-50 LARS (tensorflow/tpu `lars_optimizer.py`).
+    """
+
+    def __init__(
+        self,
+        learning_rate=1.0,
+        momentum=0.9,
+        trust_coefficient=0.001,
+        epsilon=0.0,
+        weight_decay=0.0,
+        nesterov=False,
+        clip=False,
+        exclude_from_weight_decay=None,
+        exclude_from_layer_adaptation=None,
+        min_trust_ratio=None,
+        max_trust_ratio=None,
+        record_trust_ratio=False,
+        clipnorm=None,
+        clipvalue=None,
+        global_clipnorm=None,
+        use_ema=False,
+        ema_momentum=0.99,
+        ema_overwrite_frequency=None,
+        loss_scale_factor=None,
+        gradient_accumulation_steps=None,
+        name="lars",
+        **kwargs,
+    ):
+        check_number("momentum", momentum, low=0.0, high=1.0, high_open=True)
+        check_number("trust_coefficient", trust_coefficient, low=0.0)
+        check_number("epsilon", epsilon, low=0.0)
+        for argument, value in (("nesterov", nesterov), ("clip", clip)):
+            if not isinstance(value, bool):
+                raise TypeError(f"{argument} must be a bool, got {value!r}")
+        super().__init__(
+            learning_rate=learning_rate,
+            weight_decay=weight_decay,
+            exclude_from_weight_decay=exclude_from_weight_decay,
+            exclude_from_layer_adaptation=exclude_from_layer_adaptation,
+            min_trust_ratio=min_trust_ratio,
+            max_trust_ratio=max_trust_ratio,
+            record_trust_ratio=record_trust_ratio,
+            clipnorm=clipnorm,
+            clipvalue=clipvalue,
+            global_clipnorm=global_clipnorm,
+            use_ema=use_ema,
+            ema_momentum=ema_momentum,
+            ema_overwrite_frequency=ema_overwrite_frequency,
+            loss_scale_factor=loss_scale_factor,
+            gradient_accumulation_steps=gradient_accumulation_steps,
+            name=name,
+            **kwargs,
+        )
+        self.momentum = momentum
+        self.trust_coefficient = trust_coefficient
+        self.epsilon = epsilon
+        self.nesterov = nesterov
+        self.clip = clip
+
+    def build(self, var_list):
+        if self.built:
+            return
+        super().build(var_list)
+        self._velocities = self.add_optimizer_variables(var_list, "velocity")
+
+    def update_step(self, gradient, variable, learning_rate):
+        velocity = self._velocities[self._get_variable_index(variable)]
+        dtype = variable.dtype
+        gradient = ops.cast(gradient, dtype)
+        learning_rate = ops.cast(learning_rate, dtype)
+        decays = self._decays(variable)
+
+        direction = gradient
+        if decays:
+            direction = ops.add(gradient, ops.multiply(variable, ops.cast(self.weight_decay, dtype)))
+        if self._adapts(variable):
+            weight_norm = l2_norm(variable)
+            gradient_norm = l2_norm(gradient)
+            denominator = gradient_norm + self.epsilon
+            if decays:
+                denominator = denominator + self.weight_decay * weight_norm
+            ratio = trust_ratio(
+                weight_norm,
+                gradient_norm,
+                trust_coefficient=self.trust_coefficient,
+                denominator=denominator,
+                min_trust_ratio=self.min_trust_ratio,
+                max_trust_ratio=self.max_trust_ratio,
+            )
+            if self.clip:
+                rate = ops.cast(learning_rate, "float32")
+                ratio = ops.where(ops.greater(rate, 0.0), ops.minimum(ratio / rate, 1.0), 1.0)
+            self._record_trust_ratio(variable, ratio)
+            step_size = ops.multiply(learning_rate, ops.cast(ratio, dtype))
+        else:
+            step_size = learning_rate
+
+        scaled_direction = ops.multiply(direction, step_size)
+        self.assign(velocity, ops.add(ops.multiply(velocity, self.momentum), scaled_direction))
+        if self.nesterov:
+            self.assign_sub(variable, ops.add(ops.multiply(velocity, self.momentum), scaled_direction))
+        else:
+            self.assign_sub(variable, velocity)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            {
+                "momentum": self.momentum,
+                "trust_coefficient": self.trust_coefficient,
+                "epsilon": self.epsilon,
+                "nesterov": self.nesterov,
+                "clip": self.clip,
+            }
+        )
+        return config
