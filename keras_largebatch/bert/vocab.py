@@ -1,0 +1,139 @@
+"""WordPiece vocabularies for BERT pretraining: build one from text, or load one from a file.
+
+A vocabulary is a list of token strings; a token's id is its index. Files hold one token per line
+(the google-research/bert ``vocab.txt`` format), so the published uncased BERT vocabulary loads
+as is. Text is tokenized uncased: lowercased with accents stripped, then split into WordPieces.
+"""
+
+import os
+
+import keras_hub
+import tensorflow as tf
+from tensorflow_text.tools.wordpiece_vocab import bert_vocab_from_dataset
+
+PAD_TOKEN = "[PAD]"
+UNK_TOKEN = "[UNK]"
+CLS_TOKEN = "[CLS]"
+SEP_TOKEN = "[SEP]"
+MASK_TOKEN = "[MASK]"
+# Built vocabularies put these first, so [PAD] is id 0 (the padding value of every record).
+SPECIAL_TOKENS = (PAD_TOKEN, UNK_TOKEN, CLS_TOKEN, SEP_TOKEN, MASK_TOKEN)
+
+DEFAULT_VOCABULARY_SIZE = 8000
+DEFAULT_MIN_TOKEN_COUNT = 2
+
+
+def build_vocabulary(
+    sentences,
+    vocabulary_size=DEFAULT_VOCABULARY_SIZE,
+    min_token_count=DEFAULT_MIN_TOKEN_COUNT,
+):
+    """Learns an uncased WordPiece vocabulary of at most ``vocabulary_size`` tokens.
+
+    Uses tensorflow-text's ``bert_vocab_from_dataset`` (the learner behind keras-hub's
+    ``compute_word_piece_vocabulary``), offline. The special tokens come first, in the order
+    ``[PAD]=0, [UNK]=1, [CLS]=2, [SEP]=3, [MASK]=4``. The learner keeps only word pieces seen at
+    least ``min_token_count`` times, so a small corpus yields fewer than ``vocabulary_size``
+    tokens (about 4,400 for the default corpus at 8,000); keras-hub's fixed threshold of 10 would
+    leave such a corpus with under 2,000.
+
+    Args:
+        sentences: a list of strings (any segmentation; sentences or lines).
+        vocabulary_size: upper bound on the number of tokens, special tokens included.
+        min_token_count: the smallest count a word piece needs to enter the vocabulary.
+
+    Returns:
+        The vocabulary as a list of token strings.
+    """
+    if vocabulary_size <= len(SPECIAL_TOKENS):
+        raise ValueError(
+            f"vocabulary_size must be greater than the {len(SPECIAL_TOKENS)} special tokens, "
+            f"got {vocabulary_size}"
+        )
+    if min_token_count < 1:
+        raise ValueError(f"min_token_count must be >= 1, got {min_token_count}")
+    if not sentences:
+        raise ValueError("sentences must contain at least one string to learn a vocabulary, got none")
+    dataset = tf.data.Dataset.from_tensor_slices(list(sentences)).batch(1024)
+    return bert_vocab_from_dataset.bert_vocab_from_dataset(
+        dataset,
+        vocab_size=vocabulary_size,
+        reserved_tokens=list(SPECIAL_TOKENS),
+        bert_tokenizer_params={"lower_case": True},
+        learn_params={"lower_thresh": min_token_count},
+    )
+
+
+def save_vocabulary(vocabulary, path):
+    """Writes ``vocabulary`` to ``path``, one token per line, and returns ``path``."""
+    directory = os.path.dirname(path)
+    if directory:
+        os.makedirs(directory, exist_ok=True)
+    with open(path, "w", encoding="utf-8") as vocabulary_file:
+        vocabulary_file.write("".join(token + "\n" for token in vocabulary))
+    return path
+
+
+def load_vocabulary(path):
+    """Reads a vocabulary file (one token per line) and checks its special tokens.
+
+    Raises:
+        FileNotFoundError: ``path`` does not exist.
+        ValueError: the file lacks a special token, repeats a token, or does not have ``[PAD]``
+            at id 0.
+    """
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"vocabulary file {path!r} does not exist")
+    with open(path, encoding="utf-8") as vocabulary_file:
+        vocabulary = [line.rstrip("\r\n") for line in vocabulary_file]
+    while vocabulary and not vocabulary[-1]:
+        vocabulary.pop()
+    check_vocabulary(vocabulary, source=path)
+    return vocabulary
+
+
+def check_vocabulary(vocabulary, source="vocabulary"):
+    """Raises ValueError unless ``vocabulary`` has unique tokens, all special ones, [PAD] first."""
+    missing = [token for token in SPECIAL_TOKENS if token not in vocabulary]
+    if missing:
+        raise ValueError(
+            f"{source} lacks the special tokens {missing}; a BERT vocabulary needs all of "
+            f"{list(SPECIAL_TOKENS)}"
+        )
+    if vocabulary[0] != PAD_TOKEN:
+        raise ValueError(
+            f"{source} has {vocabulary[0]!r} at id 0; records pad with 0, so id 0 must be {PAD_TOKEN!r}"
+        )
+    if len(set(vocabulary)) != len(vocabulary):
+        seen = set()
+        repeated = sorted({token for token in vocabulary if token in seen or seen.add(token)})
+        raise ValueError(f"{source} repeats the tokens {repeated[:10]}; every token must be unique")
+
+
+def special_token_ids(vocabulary):
+    """Returns a dict from each special token string to its id in ``vocabulary``."""
+    return {token: vocabulary.index(token) for token in SPECIAL_TOKENS}
+
+
+def replacement_token_ids(vocabulary):
+    """Ids a masked position may be replaced with in the 10% "random token" case.
+
+    Every id except the special tokens: google-research/bert also draws [CLS], [SEP] and [PAD]
+    here, which would put structural tokens where the model must see text.
+    """
+    special = set(SPECIAL_TOKENS)
+    return [token_id for token_id, token in enumerate(vocabulary) if token not in special]
+
+
+def make_tokenizer(vocabulary):
+    """Returns the uncased keras-hub ``WordPieceTokenizer`` for ``vocabulary`` (a list of tokens).
+
+    Lowercasing and accent stripping match how ``build_vocabulary`` learns, and the uncased
+    google-research/bert vocabulary.
+    """
+    return keras_hub.tokenizers.WordPieceTokenizer(
+        vocabulary=list(vocabulary),
+        lowercase=True,
+        strip_accents=True,
+        oov_token=UNK_TOKEN,
+    )
