@@ -180,7 +180,7 @@ def test_serialize_round_trip_through_json(schedule):
 
 
 def constant_gradient_model():
-    """y = x @ w with x = 1 and loss mean(y): the gradient of w is always 1."""
+    """y = x @ w with x = 1 and the loss y: the gradient of w is always 1."""
     model = keras.Sequential(
         [keras.Input((1,)), keras.layers.Dense(1, use_bias=False, kernel_initializer="zeros")]
     )
@@ -188,7 +188,9 @@ def constant_gradient_model():
 
 
 def constant_gradient_loss(y_true, y_pred):
-    return keras.ops.mean(y_pred)
+    # Per sample, so that Keras averages over the global batch (a scalar
+    # loss would be summed over replicas under a tf.distribute strategy).
+    return y_pred[:, 0]
 
 
 def test_schedule_changes_the_rate_at_every_step_inside_one_execution():
@@ -249,7 +251,7 @@ BACKEND_SCRIPT = textwrap.dedent(
     # PyTorch allows only steps_per_execution=1.
     steps_per_execution = 1 if keras.backend.backend() == "torch" else 2
     model.compile(optimizer=keras.optimizers.SGD(MultiPhaseSchedule(phases)),
-                  loss=lambda y_true, y_pred: keras.ops.mean(y_pred),
+                  loss=lambda y_true, y_pred: y_pred[:, 0],
                   steps_per_execution=steps_per_execution)
     model.fit(np.ones((8, 1)), np.zeros((8, 1)), batch_size=1, verbose=0)
     out["weight"] = float(model.get_weights()[0][0, 0])
