@@ -319,7 +319,9 @@ def serialize_instance(instance, options):
         )
     feature["next_sentence_labels"] = int64_feature([int(instance.is_random_next)])
     example = tf.train.Example(features=tf.train.Features(feature=feature))
-    return example.SerializeToString()
+    # Map fields serialize in hash order, which differs between processes; sorting the keys
+    # keeps the bytes independent of which worker wrote them.
+    return example.SerializeToString(deterministic=True)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -416,7 +418,7 @@ def create_pretraining_data(
     num_workers=None,
     dynamic_masking=False,
     overwrite=False,
-    log=sys.stderr,
+    progress=True,
 ):
     """Writes BERT pretraining TFRecords for text files (the module docstring has the details).
 
@@ -441,7 +443,7 @@ def create_pretraining_data(
             pipeline's per-epoch masking.
         overwrite: replace existing output in ``output_dir``; without it, existing output is an
             error raised before any work.
-        log: stream for progress lines (None for silence).
+        progress: print progress lines to stderr.
 
     Returns:
         A ``PretrainingData`` describing the written files.
@@ -468,14 +470,14 @@ def create_pretraining_data(
         "num_output_shards": num_output_shards,
         "seed": seed,
     }
-    return _create(input_paths, output_dir, config, options, num_workers, log)
+    return _create(input_paths, output_dir, config, options, num_workers, progress)
 
 
-def _create(input_paths, output_dir, config, options, num_workers, log):
+def _create(input_paths, output_dir, config, options, num_workers, progress):
     start_time = time.perf_counter()
     documents = read_documents(input_paths)
     num_sentences = sum(len(document) for document in documents)
-    _log(log, f"read {len(documents)} documents, {num_sentences} sentences "
+    _log(progress, f"read {len(documents)} documents, {num_sentences} sentences "
               f"from {len(input_paths)} file(s)")
     if config["vocab_file"] is None:
         vocabulary = vocab_lib.build_vocabulary(
@@ -485,7 +487,7 @@ def _create(input_paths, output_dir, config, options, num_workers, log):
         vocab_file = vocab_lib.save_vocabulary(
             vocabulary, os.path.join(output_dir, VOCABULARY_FILENAME)
         )
-        _log(log, f"built a vocabulary of {len(vocabulary)} tokens: {vocab_file}")
+        _log(progress, f"built a vocabulary of {len(vocabulary)} tokens: {vocab_file}")
     else:
         vocab_file = config["vocab_file"]
         vocabulary = vocab_lib.load_vocabulary(vocab_file)
@@ -496,11 +498,11 @@ def _create(input_paths, output_dir, config, options, num_workers, log):
             "next-sentence pairs need at least 2 (separate documents with a blank line)"
         )
     num_tokens = sum(len(sentence) for document in documents for sentence in document)
-    _log(log, f"tokenized {num_tokens} tokens in {len(documents)} documents")
+    _log(progress, f"tokenized {num_tokens} tokens in {len(documents)} documents")
 
     tasks = _make_tasks(len(documents), config["dupe_factor"], config["seed"])
     records = _run_tasks(
-        tasks, documents, options, TokenIds.from_vocabulary(vocabulary), num_workers, log
+        tasks, documents, options, TokenIds.from_vocabulary(vocabulary), num_workers, progress
     )
     random.Random(config["seed"]).shuffle(records)
     record_files = record_file_names(output_dir, config["num_output_shards"])
@@ -509,7 +511,7 @@ def _create(input_paths, output_dir, config, options, num_workers, log):
         with tf.io.TFRecordWriter(path) as writer:
             for record in shard_records:
                 writer.write(record)
-        _log(log, f"wrote shard {shard_index + 1}/{len(record_files)}: {path} "
+        _log(progress, f"wrote shard {shard_index + 1}/{len(record_files)}: {path} "
                   f"({len(shard_records)} examples)")
     manifest_file = os.path.join(output_dir, MANIFEST_FILENAME)
     with open(manifest_file, "w", encoding="utf-8") as manifest:
@@ -519,11 +521,11 @@ def _create(input_paths, output_dir, config, options, num_workers, log):
             "record_files": record_files,
             "num_examples": len(records),
         }, manifest, indent=2)
-    _log(log, f"done: {len(records)} examples in {time.perf_counter() - start_time:.1f} s")
+    _log(progress, f"done: {len(records)} examples in {time.perf_counter() - start_time:.1f} s")
     return PretrainingData(record_files, vocab_file, len(records), manifest_file, config)
 
 
-def _run_tasks(tasks, documents, options, token_ids, num_workers, log):
+def _run_tasks(tasks, documents, options, token_ids, num_workers, progress):
     """Runs the tasks, in parallel when ``num_workers > 1``; returns records in task order."""
     num_workers = min(num_workers or default_num_workers(), len(tasks))
     run = _TaskRunner(documents, options, token_ids)
@@ -540,7 +542,7 @@ def _run_tasks(tasks, documents, options, token_ids, num_workers, log):
         for done, task_records in enumerate(results, start=1):
             records.extend(task_records)
             if done % max(1, len(tasks) // 10) == 0 or done == len(tasks):
-                _log(log, f"created instances: task {done}/{len(tasks)}, "
+                _log(progress, f"created instances: task {done}/{len(tasks)}, "
                           f"{len(records)} examples so far ({num_workers} worker(s))")
     finally:
         if pool is not None:
@@ -560,9 +562,9 @@ class _TaskRunner:
         return _run_task(task, self.documents, self.options, self.token_ids)
 
 
-def _log(log, message):
-    if log is not None:
-        print(f"[create_data] {message}", file=log, flush=True)
+def _log(progress, message):
+    if progress:
+        print(f"[create_data] {message}", file=sys.stderr, flush=True)
 
 
 def create_default_pretraining_data(
@@ -578,7 +580,7 @@ def create_default_pretraining_data(
     num_workers=None,
     dynamic_masking=False,
     overwrite=False,
-    log=sys.stderr,
+    progress=True,
 ):
     """Writes the embedded default corpus, its vocabulary and its TFRecords to ``output_dir``.
 
@@ -610,7 +612,7 @@ def create_default_pretraining_data(
         with open(manifest_file, encoding="utf-8") as manifest_stream:
             manifest = json.load(manifest_stream)
         if manifest["config"] == config and all(map(os.path.isfile, manifest["record_files"])):
-            _log(log, f"reusing {manifest['num_examples']} examples in {output_dir}")
+            _log(progress, f"reusing {manifest['num_examples']} examples in {output_dir}")
             return PretrainingData(
                 manifest["record_files"], manifest["vocab_file"], manifest["num_examples"],
                 manifest_file, config,
@@ -620,7 +622,7 @@ def create_default_pretraining_data(
     ]
     _claim_outputs(output_dir, planned, overwrite)
     corpus_lib.write_default_corpus(output_dir)
-    return _create([corpus_file], output_dir, config, options, num_workers, log)
+    return _create([corpus_file], output_dir, config, options, num_workers, progress)
 
 
 def build_parser():

@@ -1,0 +1,263 @@
+"""create_data against the spec, on a corpus whose every token names its document and sentence.
+
+Sentence ``s`` of document ``d`` is the word ``d{d}s{s}`` repeated; the vocabulary file holds
+exactly these words, so each token id decodes to ``(d, s)`` and a record's pair structure can be
+checked from its ids alone.
+"""
+
+import fractions
+import os
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from keras_largebatch.bert import create_data
+from keras_largebatch.bert import vocab as vocab_lib
+
+NUM_DOCUMENTS = 60
+SENTENCES_PER_DOCUMENT = 8
+WORDS_PER_SENTENCE = 4
+CLS, SEP, MASK = 2, 3, 4  # positions in vocab_lib.SPECIAL_TOKENS
+
+
+def _tag(document, sentence):
+    return f"d{document}s{sentence}"
+
+
+@pytest.fixture(scope="module")
+def tagged_corpus(tmp_path_factory):
+    directory = tmp_path_factory.mktemp("tagged")
+    documents = [
+        "\n".join(" ".join([_tag(d, s)] * WORDS_PER_SENTENCE)
+                  for s in range(SENTENCES_PER_DOCUMENT))
+        for d in range(NUM_DOCUMENTS)
+    ]
+    text_file = directory / "corpus.txt"
+    text_file.write_text("\n\n".join(documents) + "\n")
+    tags = [_tag(d, s) for d in range(NUM_DOCUMENTS) for s in range(SENTENCES_PER_DOCUMENT)]
+    vocab_file = directory / "vocab.txt"
+    vocab_lib.save_vocabulary(list(vocab_lib.SPECIAL_TOKENS) + tags, str(vocab_file))
+    id_to_tag = {index + len(vocab_lib.SPECIAL_TOKENS): (d, s)
+                 for index, (d, s) in enumerate((d, s) for d in range(NUM_DOCUMENTS)
+                                                for s in range(SENTENCES_PER_DOCUMENT))}
+    return str(text_file), str(vocab_file), id_to_tag
+
+
+def _create(tagged_corpus, output_dir, **kwargs):
+    text_file, vocab_file, _ = tagged_corpus
+    arguments = dict(vocab_file=vocab_file, max_seq_length=64, max_predictions_per_seq=10,
+                     dupe_factor=10, short_seq_prob=0.0, num_output_shards=3, seed=7,
+                     num_workers=1, progress=False)
+    arguments.update(kwargs)
+    return create_data.create_pretraining_data([text_file], str(output_dir), **arguments)
+
+
+def _read_records(paths):
+    """Every record of ``paths`` as a dict of NumPy arrays, decoded by tf.train.Example."""
+    records = []
+    for path in paths:
+        for serialized in tf.data.TFRecordDataset(path).as_numpy_iterator():
+            features = tf.train.Example.FromString(serialized).features.feature
+            records.append({
+                name: np.array(feature.int64_list.value or feature.float_list.value)
+                for name, feature in features.items()
+            })
+    return records
+
+
+def _split_pair(record):
+    """(segment A ids, segment B ids) of a ``[CLS] A [SEP] B [SEP]`` record, checking framing."""
+    length = int(record["input_mask"].sum())
+    ids = record["input_ids"]
+    length_a = int((record["segment_ids"][:length] == 0).sum()) - 2
+    assert ids[0] == CLS and ids[length_a + 1] == SEP and ids[length - 1] == SEP
+    np.testing.assert_array_equal(record["input_mask"][length:], 0)
+    np.testing.assert_array_equal(ids[length:], 0)
+    np.testing.assert_array_equal(record["segment_ids"][length:], 0)
+    np.testing.assert_array_equal(record["segment_ids"][length_a + 2:length], 1)
+    return ids[1:length_a + 1], ids[length_a + 2:length - 1]
+
+
+def _expected_random_next_fraction(num_sentences):
+    """The spec's share of random-next pairs for documents of ``num_sentences`` equal sentences
+    that fit one instance: a chunk of 1 sentence is always random; a chunk of n >= 2 is cut
+    after a uniform 1..n-1 sentences and is random with probability 1/2, in which case the
+    sentences after the cut form the next chunk."""
+    random_count = {1: fractions.Fraction(1)}
+    instance_count = {1: fractions.Fraction(1)}
+    for n in range(2, num_sentences + 1):
+        cuts = range(1, n)
+        random_count[n] = fractions.Fraction(1, 2) * (
+            1 + sum(random_count[n - cut] for cut in cuts) / len(cuts))
+        instance_count[n] = 1 + fractions.Fraction(1, 2) * (
+            sum(instance_count[n - cut] for cut in cuts) / len(cuts))
+    return float(random_count[num_sentences] / instance_count[num_sentences])
+
+
+def test_record_schema_matches_google_research_bert(tagged_corpus, tmp_path):
+    result = _create(tagged_corpus, tmp_path, dupe_factor=1)
+    assert result.record_files == [
+        str(tmp_path / f"pretraining-0000{index}-of-00003.tfrecord") for index in range(3)]
+    serialized = next(tf.data.TFRecordDataset(result.record_files[0]).as_numpy_iterator())
+    features = tf.train.Example.FromString(serialized).features.feature
+    expected = {"input_ids": ("int64_list", 64), "input_mask": ("int64_list", 64),
+                "segment_ids": ("int64_list", 64), "masked_lm_positions": ("int64_list", 10),
+                "masked_lm_ids": ("int64_list", 10), "masked_lm_weights": ("float_list", 10),
+                "next_sentence_labels": ("int64_list", 1)}
+    assert {name: (feature.WhichOneof("kind"), len(getattr(feature, feature.WhichOneof("kind")).value))
+            for name, feature in features.items()} == expected
+    counts = [sum(1 for _ in tf.data.TFRecordDataset(path)) for path in result.record_files]
+    # Round-robin: shard sizes differ by at most one, the first shards taking the remainder.
+    assert sum(counts) == result.num_examples and max(counts) - min(counts) <= 1
+    assert counts == sorted(counts, reverse=True)
+
+
+def test_pairs_follow_the_next_sentence_rule(tagged_corpus, tmp_path):
+    _, _, id_to_tag = tagged_corpus
+    result = _create(tagged_corpus, tmp_path, dynamic_masking=True)
+    records = _read_records(result.record_files)
+    assert "masked_lm_positions" not in records[0]
+    labels = np.array([int(record["next_sentence_labels"][0]) for record in records])
+    for record, label in zip(records, labels):
+        tokens_a, tokens_b = _split_pair(record)
+        tags_a = [id_to_tag[token] for token in tokens_a]
+        tags_b = [id_to_tag[token] for token in tokens_b]
+        assert len({d for d, _ in tags_a}) == 1 and len({d for d, _ in tags_b}) == 1
+        assert [s for _, s in tags_a] == sorted(s for _, s in tags_a)
+        if label == 0:
+            assert tags_b[0][0] == tags_a[0][0] and tags_b[0][1] > tags_a[-1][1]
+        else:
+            assert tags_b[0][0] != tags_a[0][0]
+    expected = _expected_random_next_fraction(SENTENCES_PER_DOCUMENT)
+    tolerance = 4 * np.sqrt(expected * (1 - expected) / len(labels))
+    assert abs(labels.mean() - expected) < tolerance, (labels.mean(), expected, len(labels))
+
+
+def test_masking_statistics(tagged_corpus, tmp_path):
+    _, _, id_to_tag = tagged_corpus
+    records = _read_records(_create(tagged_corpus, tmp_path).record_files)
+    outcomes = {"mask": 0, "kept": 0, "random": 0}
+    masked_tokens = total_tokens = 0
+    for record in records:
+        length = int(record["input_mask"].sum())
+        num_predictions = int(record["masked_lm_weights"].sum())
+        assert num_predictions == min(10, max(1, round(length * 0.15)))
+        np.testing.assert_array_equal(record["masked_lm_weights"][:num_predictions], 1.0)
+        np.testing.assert_array_equal(record["masked_lm_weights"][num_predictions:], 0.0)
+        np.testing.assert_array_equal(record["masked_lm_positions"][num_predictions:], 0)
+        np.testing.assert_array_equal(record["masked_lm_ids"][num_predictions:], 0)
+        positions = record["masked_lm_positions"][:num_predictions]
+        assert np.all(np.diff(positions) > 0)
+        length_a = int((record["segment_ids"][:length] == 0).sum()) - 2
+        assert not set(positions) & {0, length_a + 1, length - 1}, "[CLS]/[SEP] masked"
+        originals = record["masked_lm_ids"][:num_predictions]
+        assert all(original in id_to_tag for original in originals)
+        at_positions = record["input_ids"][positions]
+        outcomes["mask"] += int((at_positions == MASK).sum())
+        outcomes["kept"] += int((at_positions == originals).sum())
+        outcomes["random"] += int(((at_positions != MASK) & (at_positions != originals)).sum())
+        assert all(token in id_to_tag for token in at_positions if token != MASK)
+        unmasked = np.setdiff1d(np.arange(length), np.concatenate([positions, [0, length_a + 1, length - 1]]))
+        assert all(record["input_ids"][position] in id_to_tag for position in unmasked)
+        masked_tokens += num_predictions
+        total_tokens += length
+    total = sum(outcomes.values())
+    assert total > 4000, total
+    # A random replacement equals the original with probability 1/480, counted as "kept".
+    for outcome, probability in (("mask", 0.8), ("kept", 0.1 + 0.1 / 480), ("random", 0.1 - 0.1 / 480)):
+        tolerance = 4 * np.sqrt(probability * (1 - probability) / total)
+        assert abs(outcomes[outcome] / total - probability) < tolerance, (outcome, outcomes)
+    assert abs(masked_tokens / total_tokens - 0.15) < 0.01
+
+
+def test_same_seed_same_bytes_and_other_seed_differs(tagged_corpus, tmp_path):
+    first = _create(tagged_corpus, tmp_path / "first", dupe_factor=2)
+    second = _create(tagged_corpus, tmp_path / "second", dupe_factor=2)
+    other = _create(tagged_corpus, tmp_path / "other", dupe_factor=2, seed=8)
+    for path_first, path_second in zip(first.record_files, second.record_files):
+        assert open(path_first, "rb").read() == open(path_second, "rb").read()
+    assert open(first.record_files[0], "rb").read() != open(other.record_files[0], "rb").read()
+
+
+def test_output_does_not_depend_on_worker_count(tagged_corpus, tmp_path):
+    # Spawned workers import TensorFlow, so this runs the 2-worker path once, on 2 passes.
+    one = _create(tagged_corpus, tmp_path / "one", dupe_factor=2, num_workers=1)
+    two = _create(tagged_corpus, tmp_path / "two", dupe_factor=2, num_workers=2)
+    assert len(create_data._make_tasks(NUM_DOCUMENTS, 2, 7)) > 2
+    for path_one, path_two in zip(one.record_files, two.record_files):
+        assert open(path_one, "rb").read() == open(path_two, "rb").read()
+
+
+def test_refuses_to_overwrite_before_any_work(tagged_corpus, tmp_path, monkeypatch):
+    first = _create(tagged_corpus, tmp_path, dupe_factor=1, num_output_shards=4)
+    before = {path: os.path.getmtime(path) for path in first.record_files}
+
+    def fail(*args, **kwargs):
+        raise AssertionError("read input before checking the output")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(create_data, "read_documents", fail)
+        with pytest.raises(FileExistsError, match=r"already holds 5 output file.*--overwrite"):
+            _create(tagged_corpus, tmp_path, dupe_factor=1, num_output_shards=4)
+        # Shards of another shard count would mix into a glob, so they count as existing too.
+        with pytest.raises(FileExistsError, match="pretraining-00000-of-00004"):
+            _create(tagged_corpus, tmp_path, dupe_factor=1, num_output_shards=2)
+    assert before == {path: os.path.getmtime(path) for path in first.record_files}
+    second = _create(tagged_corpus, tmp_path, dupe_factor=1, num_output_shards=2, overwrite=True)
+    assert sorted(path.name for path in tmp_path.glob("*.tfrecord")) == [
+        os.path.basename(path) for path in second.record_files]
+
+
+def test_command_line(tagged_corpus, tmp_path, capsys):
+    text_file, vocab_file, _ = tagged_corpus
+    argv = ["--input_files", text_file, "--vocab_file", vocab_file, "--output_dir",
+            str(tmp_path), "--max_seq_length", "32", "--max_predictions_per_seq", "5",
+            "--dupe_factor", "1", "--num_output_shards", "2", "--num_workers", "1"]
+    assert create_data.main(argv) == 0
+    progress = capsys.readouterr().err
+    assert "wrote shard 1/2" in progress and "wrote shard 2/2" in progress
+    record = _read_records([str(tmp_path / "pretraining-00000-of-00002.tfrecord")])[0]
+    assert len(record["input_ids"]) == 32 and len(record["masked_lm_ids"]) == 5
+    assert create_data.main(argv) == 2
+    assert "--overwrite" in capsys.readouterr().err
+    assert create_data.main(argv + ["--overwrite"]) == 0
+
+
+def test_builds_vocabulary_when_none_is_given(tmp_path):
+    sentences = ["The quick brown fox jumps over the lazy dog.", "A quick brown dog naps.",
+                 "The lazy fox sleeps all day long."]
+    text_file = tmp_path / "text.txt"
+    text_file.write_text("\n".join(sentences) + "\n\n" + "\n".join(reversed(sentences)) + "\n")
+    result = create_data.create_pretraining_data(
+        [str(text_file)], str(tmp_path / "out"), vocabulary_size=100, max_seq_length=16,
+        max_predictions_per_seq=3, dupe_factor=1, num_output_shards=1, num_workers=1, progress=False)
+    vocabulary = vocab_lib.load_vocabulary(result.vocab_file)
+    assert result.vocab_file == str(tmp_path / "out" / "vocab.txt")
+    assert vocabulary[:5] == list(vocab_lib.SPECIAL_TOKENS) and "quick" in vocabulary
+    assert result.num_examples > 0
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"max_predictions_per_seq": 65}, r"max_predictions_per_seq must be in \[1, max_seq_length=64\], got 65"),
+    ({"masked_lm_prob": 1.5}, r"masked_lm_prob must be in \(0, 1\), got 1.5"),
+    ({"dupe_factor": 0}, "dupe_factor must be >= 1, got 0"),
+    ({"num_output_shards": 0}, "num_output_shards must be >= 1, got 0"),
+    ({"max_seq_length": 4}, "max_seq_length must be >= 5, got 4"),
+])
+def test_rejects_bad_arguments(tagged_corpus, tmp_path, kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        _create(tagged_corpus, tmp_path, **kwargs)
+    assert not list(tmp_path.iterdir())
+
+
+def test_rejects_missing_input_and_single_document(tagged_corpus, tmp_path):
+    _, vocab_file, _ = tagged_corpus
+    with pytest.raises(ValueError, match=r"input file pattern '.*nothing-\*\.txt' matches no file"):
+        create_data.create_pretraining_data([str(tmp_path / "nothing-*.txt")], str(tmp_path / "out"),
+                                            vocab_file=vocab_file, progress=False)
+    single = tmp_path / "single.txt"
+    single.write_text("d0s0 d0s0\nd0s1 d0s1\n")
+    with pytest.raises(ValueError, match="hold 1 non-empty document.*at least 2"):
+        create_data.create_pretraining_data([str(single)], str(tmp_path / "out"),
+                                            vocab_file=vocab_file, num_workers=1, progress=False)
