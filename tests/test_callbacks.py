@@ -402,3 +402,52 @@ def test_warmup_and_monitor_under_mirrored_strategy():
     ratios = out["ratios"].values()
     assert out["history"]["trust_ratio_min"] == pytest.approx([min(ratios)])
     assert out["history"]["trust_ratio_max"] == pytest.approx([max(ratios)])
+
+
+JAX_SCRIPT = textwrap.dedent(
+    """
+    import json
+    import sys
+
+    import keras
+    import numpy as np
+
+    sys.path.insert(0, {tests_dir!r})
+    from test_callbacks import RateRecorder, WeightRecorder, constant_gradient_loss, constant_gradient_model
+
+    from keras_largebatch.callbacks import LearningRateLogger, LearningRateWarmup
+
+    model = constant_gradient_model()
+    model.compile(optimizer=keras.optimizers.SGD(0.1, momentum=0.9), loss=constant_gradient_loss)
+    weights, rates = WeightRecorder(), RateRecorder()
+    warmup = LearningRateWarmup(warmup_steps=8, initial_learning_rate=0.01, momentum_correction=True)
+    history = model.fit(np.ones((12, 1)), np.zeros((12, 1)), batch_size=1, shuffle=False, verbose=0,
+                        callbacks=[warmup, rates, weights, LearningRateLogger()])
+    print(json.dumps({{
+        "backend": keras.backend.backend(),
+        "weights": weights.weights,
+        "rates": rates.rates,
+        "logged": history.history["learning_rate"],
+    }}))
+    """
+)
+
+
+def test_warmup_and_logger_on_jax():
+    # On JAX the train step works on copies of the variables; the callbacks'
+    # writes (rate, velocities) must reach the next step.
+    script = JAX_SCRIPT.format(tests_dir=os.path.dirname(os.path.abspath(__file__)))
+    result = subprocess.run(
+        [sys.executable, "-c", script],
+        env={**os.environ, "KERAS_BACKEND": "jax"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    out = json.loads(result.stdout.strip().splitlines()[-1])
+    assert out["backend"] == "jax"
+    assert out["rates"] == pytest.approx([0.01 + 0.09 * min(t / 8, 1) for t in range(12)])
+    expected = warmup_sgd_reference(12, 0.1, 0.01, 8, 0.9, 0.1, 1, momentum_correction=True)
+    np.testing.assert_allclose(out["weights"], expected, rtol=1e-5)
+    assert out["logged"] == pytest.approx([0.1])
