@@ -122,7 +122,7 @@ def make_pretraining_dataset(
         read_file,
         cycle_length=min(cycle_length, len(files)) if is_training else 1,
         num_parallel_calls=tf.data.AUTOTUNE if is_training else None,
-        deterministic=not is_training,
+        deterministic=False if is_training else None,
     )
     if is_training:
         dataset = dataset.shuffle(shuffle_buffer_size, seed=seed)
@@ -133,8 +133,9 @@ def make_pretraining_dataset(
         dataset = dataset.map(parse, num_parallel_calls=tf.data.AUTOTUNE)
     else:
         # One random value per batch, paired with the pipeline id, seeds the stateless mask
-        # draws: reproducible for a seed, different for every batch, epoch and pipeline.
-        batch_seeds = tf.data.Dataset.random(seed=seed).map(
+        # draws: reproducible for a seed, different for every batch and pipeline, and for every
+        # pass over the data (rerandomized when Keras starts a new iterator each epoch).
+        batch_seeds = tf.data.Dataset.random(seed=seed, rerandomize_each_iteration=True).map(
             lambda value: tf.stack([value, tf.constant(pipeline_id, tf.int64)])
         )
         dataset = tf.data.Dataset.zip((dataset, batch_seeds)).map(
