@@ -337,71 +337,32 @@ def test_trust_ratio_monitor_bad_arguments(kwargs, message):
     assert message in str(error.value)
 
 
-MIRRORED_SCRIPT = textwrap.dedent(
-    """
-    import json
-    import sys
-
-    import tensorflow as tf
-
-    # Two replicas on the CPU; must be configured before TensorFlow starts.
-    cpu = tf.config.list_physical_devices("CPU")[0]
-    tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
-
-    import keras
-    import numpy as np
-
-    sys.path.insert(0, {tests_dir!r})
-    from test_callbacks import WeightRecorder, constant_gradient_loss, constant_gradient_model
-
-    from keras_largebatch.callbacks import LearningRateWarmup, TrustRatioMonitor
-    from keras_largebatch.optimizers import LAMB
-
+def test_warmup_and_monitor_under_mirrored_strategy():
+    # The callbacks assign mirrored variables (rate, velocities) from outside
+    # the replica context; the trajectory must equal the single-device one.
+    # tests/conftest.py splits the CPU into logical devices for this.
     strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+    assert strategy.num_replicas_in_sync == 2
     with strategy.scope():
         model = constant_gradient_model()
         model.compile(optimizer=keras.optimizers.SGD(0.1, momentum=0.9), loss=constant_gradient_loss)
     weights = WeightRecorder()
     warmup = LearningRateWarmup(warmup_steps=8, initial_learning_rate=0.01, momentum_correction=True)
-    model.fit(np.ones((24, 1)), np.zeros((24, 1)), batch_size=2, shuffle=False, verbose=0,
-              callbacks=[warmup, weights])
+    model.fit(np.ones((24, 1)), np.zeros((24, 1)), batch_size=2, shuffle=False, verbose=0, callbacks=[warmup, weights])
+    expected = warmup_sgd_reference(12, 0.1, 0.01, 8, 0.9, 0.1, 1, momentum_correction=True)
+    np.testing.assert_allclose(weights.weights, expected, rtol=1e-5)
 
     with strategy.scope():
         lamb_model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3), keras.layers.Dense(1)])
         lamb = LAMB(1e-2, record_trust_ratio=True)
         lamb_model.compile(optimizer=lamb, loss="mse")
     rng = np.random.default_rng(0)
-    history = lamb_model.fit(rng.normal(size=(8, 4)), rng.normal(size=(8, 1)), batch_size=4, verbose=0,
-                             callbacks=[TrustRatioMonitor()])
-    print(json.dumps({{
-        "replicas": strategy.num_replicas_in_sync,
-        "weights": weights.weights,
-        "ratios": lamb.trust_ratios(),
-        "history": history.history,
-    }}))
-    """
-)
-
-
-def test_warmup_and_monitor_under_mirrored_strategy():
-    # The callbacks assign mirrored variables (rate, velocities) from outside
-    # the replica context; the trajectory must equal the single-device one.
-    script = MIRRORED_SCRIPT.format(tests_dir=os.path.dirname(os.path.abspath(__file__)))
-    result = subprocess.run(
-        [sys.executable, "-c", script],
-        env={**os.environ, "KERAS_BACKEND": "tensorflow"},
-        capture_output=True,
-        text=True,
-        timeout=120,
+    history = lamb_model.fit(
+        rng.normal(size=(8, 4)), rng.normal(size=(8, 1)), batch_size=4, verbose=0, callbacks=[TrustRatioMonitor()]
     )
-    assert result.returncode == 0, result.stderr[-3000:]
-    out = json.loads(result.stdout.strip().splitlines()[-1])
-    assert out["replicas"] == 2
-    expected = warmup_sgd_reference(12, 0.1, 0.01, 8, 0.9, 0.1, 1, momentum_correction=True)
-    np.testing.assert_allclose(out["weights"], expected, rtol=1e-5)
-    ratios = out["ratios"].values()
-    assert out["history"]["trust_ratio_min"] == pytest.approx([min(ratios)])
-    assert out["history"]["trust_ratio_max"] == pytest.approx([max(ratios)])
+    ratios = lamb.trust_ratios().values()
+    assert history.history["trust_ratio_min"] == pytest.approx([min(ratios)])
+    assert history.history["trust_ratio_max"] == pytest.approx([max(ratios)])
 
 
 JAX_SCRIPT = textwrap.dedent(
