@@ -34,10 +34,7 @@ def _holds_learning_rate_in_velocity(optimizer):
     package's `LARS`. Adam-style first moments do not contain the rate, so
     rescaling them would be wrong.
     """
-    return (
-        isinstance(optimizer, (keras.optimizers.SGD, LARS))
-        and optimizer.momentum > 0
-    )
+    return isinstance(optimizer, (keras.optimizers.SGD, LARS)) and optimizer.momentum > 0
 
 
 def _learning_rate_scaled_velocities(optimizer):
@@ -134,9 +131,7 @@ class LearningRateWarmup(keras.callbacks.Callback):
                 f"warmup_steps={warmup_steps}"
             )
         if not initial_learning_rate >= 0:
-            raise ValueError(
-                f"initial_learning_rate must be >= 0, got {initial_learning_rate}"
-            )
+            raise ValueError(f"initial_learning_rate must be >= 0, got {initial_learning_rate}")
         self.warmup_steps = warmup_steps
         self.warmup_epochs = warmup_epochs
         self.steps_per_epoch = steps_per_epoch
@@ -157,9 +152,7 @@ class LearningRateWarmup(keras.callbacks.Callback):
                 "keras_largebatch.schedules.WarmUp instead of using this "
                 "callback"
             )
-        if self.momentum_correction and not _holds_learning_rate_in_velocity(
-            optimizer
-        ):
+        if self.momentum_correction and not _holds_learning_rate_in_velocity(optimizer):
             raise ValueError(
                 "momentum_correction=True needs an optimizer whose momentum "
                 "buffer holds the learning rate: keras.optimizers.SGD or "
@@ -225,9 +218,7 @@ class LearningRateLogger(keras.callbacks.Callback):
 
     def _log(self, logs):
         if logs is not None:
-            logs["learning_rate"] = _current_learning_rate(
-                _unwrap(self.model.optimizer)
-            )
+            logs["learning_rate"] = _current_learning_rate(_unwrap(self.model.optimizer))
 
     def on_train_batch_end(self, batch, logs=None):
         if self.log_batches:
@@ -239,9 +230,7 @@ class LearningRateLogger(keras.callbacks.Callback):
 
 def _summary_metadata(plugin_name):
     return summary_pb2.SummaryMetadata(
-        plugin_data=summary_pb2.SummaryMetadata.PluginData(
-            plugin_name=plugin_name
-        )
+        plugin_data=summary_pb2.SummaryMetadata.PluginData(plugin_name=plugin_name)
     )
 
 
@@ -350,9 +339,7 @@ class TrustRatioMonitor(keras.callbacks.Callback):
                 metadata=_summary_metadata("histograms"),
             )
             for extreme in ("smallest", "largest"):
-                text = "\n\n".join(
-                    f"`{path}`: {ratio:.6g}" for path, ratio in record[extreme]
-                )
+                text = "\n\n".join(f"`{path}`: {ratio:.6g}" for path, ratio in record[extreme])
                 tf.summary.write(
                     f"trust_ratio/{extreme}",
                     tf.constant(text),

@@ -52,9 +52,7 @@ def plot_schedule(schedule, output_path, total_steps=None, num_points=1000, titl
     steps = np.linspace(0, total_steps, num_points).round()
     steps = np.unique(np.concatenate([steps, _corner_steps(schedule)]))
     steps = steps[steps <= total_steps].astype(np.int64)
-    learning_rates = np.array(
-        [float(keras.ops.convert_to_numpy(schedule(int(step)))) for step in steps]
-    )
+    learning_rates = np.array([float(keras.ops.convert_to_numpy(schedule(int(step)))) for step in steps])
 
     # Imported here so that importing the package does not need matplotlib,
     # and with the Agg backend so that it works without a display.
@@ -124,9 +122,7 @@ def _parser():
         help="the schedule's total steps; with --config, the last step plotted",
     )
     parser.add_argument("--warmup-steps", type=int, help="without --config: warmup steps")
-    parser.add_argument(
-        "--end-learning-rate", type=float, default=0.0, help="without --config (default 0)"
-    )
+    parser.add_argument("--end-learning-rate", type=float, default=0.0, help="without --config (default 0)")
     parser.add_argument("--power", type=float, default=1.0, help="without --config (default 1)")
     parser.add_argument("--num-points", type=int, default=1000, help="steps evaluated (default 1000)")
     parser.add_argument("--title", help="plot title (default: the schedule's class)")
@@ -150,8 +146,7 @@ def main(argv=None):
         else:
             if args.total_steps is None or any(value is None for value in direct):
                 parser.error(
-                    "give --config, or all of --peak-learning-rate, "
-                    "--total-steps and --warmup-steps"
+                    "give --config, or all of --peak-learning-rate, --total-steps and --warmup-steps"
                 )
             schedule = WarmupPolynomialDecay(
                 peak_learning_rate=args.peak_learning_rate,

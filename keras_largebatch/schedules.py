@@ -41,9 +41,7 @@ def _check_non_negative(name, value):
         raise ValueError(f"{name} must be >= 0, got {value}")
 
 
-def _check_warmup_polynomial_decay(
-    peak_learning_rate, warmup_steps, total_steps, end_learning_rate, power
-):
+def _check_warmup_polynomial_decay(peak_learning_rate, warmup_steps, total_steps, end_learning_rate, power):
     _check_positive("peak_learning_rate", peak_learning_rate)
     _check_positive("total_steps", total_steps)
     _check_non_negative("warmup_steps", warmup_steps)
@@ -158,13 +156,8 @@ class WarmUp(keras.optimizers.schedules.LearningRateSchedule):
         _check_non_negative("initial_learning_rate", initial_learning_rate)
         _check_positive("power", power)
         if wrapped_step not in ("after_warmup", "global"):
-            raise ValueError(
-                'wrapped_step must be "after_warmup" or "global", '
-                f"got {wrapped_step!r}"
-            )
-        if not isinstance(
-            after_warmup, keras.optimizers.schedules.LearningRateSchedule
-        ):
+            raise ValueError(f'wrapped_step must be "after_warmup" or "global", got {wrapped_step!r}')
+        if not isinstance(after_warmup, keras.optimizers.schedules.LearningRateSchedule):
             after_warmup = float(after_warmup)
             _check_non_negative("after_warmup", after_warmup)
         self.after_warmup = after_warmup
@@ -189,9 +182,7 @@ class WarmUp(keras.optimizers.schedules.LearningRateSchedule):
             target = self._after(ops.full_like(step, self.warmup_steps))
             after = self._after(step)
         fraction = ops.power(step / self.warmup_steps, self.power)
-        warmup_rate = self.initial_learning_rate + (
-            target - self.initial_learning_rate
-        ) * fraction
+        warmup_rate = self.initial_learning_rate + (target - self.initial_learning_rate) * fraction
         return ops.where(step < self.warmup_steps, warmup_rate, after)
 
     def get_config(self):
@@ -210,9 +201,7 @@ class WarmUp(keras.optimizers.schedules.LearningRateSchedule):
     def from_config(cls, config):
         config = dict(config)
         if isinstance(config["after_warmup"], dict):
-            config["after_warmup"] = keras.saving.deserialize_keras_object(
-                config["after_warmup"]
-            )
+            config["after_warmup"] = keras.saving.deserialize_keras_object(config["after_warmup"])
         return cls(**config)
 
 
@@ -456,12 +445,8 @@ class MultiPhaseSchedule(keras.optimizers.schedules.LearningRateSchedule):
     def __init__(self, phases, total_steps=None):
         super().__init__()
         if isinstance(phases, (dict, str)) or not len(phases):
-            raise ValueError(
-                f"phases must be a non-empty list of dicts, got {phases!r}"
-            )
-        self.phases = [
-            _normalize_phase(index, phase) for index, phase in enumerate(phases)
-        ]
+            raise ValueError(f"phases must be a non-empty list of dicts, got {phases!r}")
+        self.phases = [_normalize_phase(index, phase) for index, phase in enumerate(phases)]
         phase_steps = [phase["steps"] for phase in self.phases]
         if total_steps is not None and sum(phase_steps) != total_steps:
             raise ValueError(
@@ -496,9 +481,7 @@ class MultiPhaseSchedule(keras.optimizers.schedules.LearningRateSchedule):
             if learning_rate is None:
                 learning_rate = phase_rate
             else:
-                learning_rate = ops.where(
-                    step < start + phase["steps"], phase_rate, learning_rate
-                )
+                learning_rate = ops.where(step < start + phase["steps"], phase_rate, learning_rate)
         return learning_rate
 
     def get_config(self):
@@ -568,9 +551,7 @@ def legw_scale(base_learning_rate, base_warmup_epochs, base_batch_size, batch_si
         `LegwScaled(learning_rate, warmup_epochs)`.
     """
     _check_non_negative("base_warmup_epochs", base_warmup_epochs)
-    learning_rate = scale_learning_rate(
-        base_learning_rate, base_batch_size, batch_size, rule="sqrt"
-    )
+    learning_rate = scale_learning_rate(base_learning_rate, base_batch_size, batch_size, rule="sqrt")
     return LegwScaled(
         learning_rate=learning_rate,
         warmup_epochs=base_warmup_epochs * batch_size / base_batch_size,

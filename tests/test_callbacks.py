@@ -71,7 +71,15 @@ class RateRecorder(keras.callbacks.Callback):
 
 
 def warmup_sgd_reference(
-    steps, target, initial, warmup, momentum, compiled_rate, steps_per_execution, momentum_correction, lars=False
+    steps,
+    target,
+    initial,
+    warmup,
+    momentum,
+    compiled_rate,
+    steps_per_execution,
+    momentum_correction,
+    lars=False,
 ):
     """Weights after each execution for SGD (or LARS with ratio 1) and gradient 1.
 
@@ -107,7 +115,13 @@ def test_warmup_sgd_trajectory(steps_per_execution, momentum_correction):
         warmup_steps=8, initial_learning_rate=0.01, momentum_correction=momentum_correction
     )
     optimizer = keras.optimizers.SGD(0.1, momentum=0.9)
-    fit(constant_gradient_model(), optimizer, [warmup, weights], steps=12, steps_per_execution=steps_per_execution)
+    fit(
+        constant_gradient_model(),
+        optimizer,
+        [warmup, weights],
+        steps=12,
+        steps_per_execution=steps_per_execution,
+    )
     expected = warmup_sgd_reference(
         12,
         target=0.1,
@@ -127,7 +141,9 @@ def test_warmup_rate_changes_once_per_execution():
     # the last execution starts past the warmup, which must still end it.
     rates = RateRecorder()
     warmup = LearningRateWarmup(warmup_steps=10)
-    fit(constant_gradient_model(), keras.optimizers.SGD(0.2), [warmup, rates], steps=16, steps_per_execution=4)
+    fit(
+        constant_gradient_model(), keras.optimizers.SGD(0.2), [warmup, rates], steps=16, steps_per_execution=4
+    )
     assert rates.rates == pytest.approx([0.0, 0.2 * 4 / 10, 0.2 * 8 / 10, 0.2])
 
 
@@ -156,7 +172,9 @@ def test_warmup_in_epochs_and_across_fit_calls():
 
 def test_warmup_with_explicit_steps_per_epoch_and_target():
     rates = RateRecorder()
-    warmup = LearningRateWarmup(warmup_epochs=1, steps_per_epoch=2, target_learning_rate=0.5, initial_learning_rate=0.1)
+    warmup = LearningRateWarmup(
+        warmup_epochs=1, steps_per_epoch=2, target_learning_rate=0.5, initial_learning_rate=0.1
+    )
     fit(constant_gradient_model(), keras.optimizers.SGD(0.01), [warmup, rates], steps=3)
     assert rates.rates == pytest.approx([0.1, 0.3, 0.5])
 
@@ -164,7 +182,12 @@ def test_warmup_with_explicit_steps_per_epoch_and_target():
 def test_warmup_refuses_a_schedule():
     schedule = WarmupPolynomialDecay(0.1, total_steps=10, warmup_steps=2)
     with pytest.raises(ValueError, match="was given a schedule or callable as its learning_rate"):
-        fit(constant_gradient_model(), keras.optimizers.SGD(schedule), [LearningRateWarmup(warmup_steps=5)], steps=2)
+        fit(
+            constant_gradient_model(),
+            keras.optimizers.SGD(schedule),
+            [LearningRateWarmup(warmup_steps=5)],
+            steps=2,
+        )
 
 
 @pytest.mark.parametrize(
@@ -204,11 +227,15 @@ def test_warmup_bad_arguments(kwargs, message):
 
 def test_warmup_epochs_needs_known_steps_per_epoch():
     # A filtered dataset has an unknown length, so fit cannot report its steps.
-    dataset = tf.data.Dataset.from_tensors((np.ones((1, 1)), np.zeros((1, 1)))).repeat(2).filter(lambda x, y: True)
+    dataset = (
+        tf.data.Dataset.from_tensors((np.ones((1, 1)), np.zeros((1, 1)))).repeat(2).filter(lambda x, y: True)
+    )
     model = constant_gradient_model()
     model.compile(optimizer=keras.optimizers.SGD(0.1), loss=constant_gradient_loss)
     with pytest.raises(ValueError, match="pass steps_per_epoch"):
-        model.fit(dataset, epochs=1, shuffle=False, verbose=0, callbacks=[LearningRateWarmup(warmup_epochs=1)])
+        model.fit(
+            dataset, epochs=1, shuffle=False, verbose=0, callbacks=[LearningRateWarmup(warmup_epochs=1)]
+        )
 
 
 def test_learning_rate_logger_with_a_schedule():
@@ -231,7 +258,9 @@ def test_learning_rate_logger_with_a_schedule():
         steps=4,
         epochs=3,
     )
-    assert history.history["learning_rate"] == pytest.approx([reference(4), reference(8), reference(12)], abs=1e-8)
+    assert history.history["learning_rate"] == pytest.approx(
+        [reference(4), reference(8), reference(12)], abs=1e-8
+    )
     assert batch_logs == pytest.approx([reference(t + 1) for t in range(12)], abs=1e-8)
 
 
@@ -298,7 +327,12 @@ def test_trust_ratio_monitor_with_lamb_in_loss_scale_optimizer(tmp_path):
     monitor = TrustRatioMonitor(log_dir=str(tmp_path))
     rng = np.random.default_rng(0)
     history = model.fit(
-        rng.normal(size=(8, 4)), rng.normal(size=(8, 1)), batch_size=4, epochs=2, verbose=0, callbacks=[monitor]
+        rng.normal(size=(8, 4)),
+        rng.normal(size=(8, 1)),
+        batch_size=4,
+        epochs=2,
+        verbose=0,
+        callbacks=[monitor],
     )
     ratios = lamb.trust_ratios()
     assert sorted(ratios) == sorted(variable.path for variable in model.trainable_variables)
@@ -348,7 +382,14 @@ def test_warmup_and_monitor_under_mirrored_strategy():
         model.compile(optimizer=keras.optimizers.SGD(0.1, momentum=0.9), loss=constant_gradient_loss)
     weights = WeightRecorder()
     warmup = LearningRateWarmup(warmup_steps=8, initial_learning_rate=0.01, momentum_correction=True)
-    model.fit(np.ones((24, 1)), np.zeros((24, 1)), batch_size=2, shuffle=False, verbose=0, callbacks=[warmup, weights])
+    model.fit(
+        np.ones((24, 1)),
+        np.zeros((24, 1)),
+        batch_size=2,
+        shuffle=False,
+        verbose=0,
+        callbacks=[warmup, weights],
+    )
     expected = warmup_sgd_reference(12, 0.1, 0.01, 8, 0.9, 0.1, 1, momentum_correction=True)
     np.testing.assert_allclose(weights.weights, expected, rtol=1e-5)
 
@@ -358,15 +399,18 @@ def test_warmup_and_monitor_under_mirrored_strategy():
         lamb_model.compile(optimizer=lamb, loss="mse")
     rng = np.random.default_rng(0)
     history = lamb_model.fit(
-        rng.normal(size=(8, 4)), rng.normal(size=(8, 1)), batch_size=4, verbose=0, callbacks=[TrustRatioMonitor()]
+        rng.normal(size=(8, 4)),
+        rng.normal(size=(8, 1)),
+        batch_size=4,
+        verbose=0,
+        callbacks=[TrustRatioMonitor()],
     )
     ratios = lamb.trust_ratios().values()
     assert history.history["trust_ratio_min"] == pytest.approx([min(ratios)])
     assert history.history["trust_ratio_max"] == pytest.approx([max(ratios)])
 
 
-JAX_SCRIPT = textwrap.dedent(
-    """
+JAX_SCRIPT = textwrap.dedent("""
     import json
     import sys
 
@@ -390,8 +434,7 @@ JAX_SCRIPT = textwrap.dedent(
         "rates": rates.rates,
         "logged": history.history["learning_rate"],
     }}))
-    """
-)
+    """)
 
 
 def test_warmup_and_logger_on_jax():

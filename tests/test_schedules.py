@@ -1,7 +1,6 @@
 """Schedules against closed-form formulas written here in plain Python."""
 
 import json
-import math
 import os
 import subprocess
 import sys
@@ -227,8 +226,7 @@ def test_model_save_round_trip_keeps_schedule_and_step(tmp_path):
     assert float(loaded.optimizer.learning_rate) == pytest.approx(0.05 * 2 / 3, rel=1e-5)
 
 
-BACKEND_SCRIPT = textwrap.dedent(
-    """
+BACKEND_SCRIPT = textwrap.dedent("""
     import json
     import keras
     import numpy as np
@@ -256,8 +254,7 @@ BACKEND_SCRIPT = textwrap.dedent(
     model.fit(np.ones((8, 1)), np.zeros((8, 1)), batch_size=1, verbose=0)
     out["weight"] = float(model.get_weights()[0][0, 0])
     print(json.dumps(out))
-    """
-)
+    """)
 
 
 @pytest.mark.parametrize("backend", ["jax", "torch"])
@@ -274,13 +271,11 @@ def test_schedules_on_other_backends(backend):
     assert result.returncode == 0, result.stderr[-3000:]
     out = json.loads(result.stdout.strip().splitlines()[-1])
     assert out["backend"] == backend
-    np.testing.assert_allclose(out["multi_phase"], [two_phase_reference(s) for s in steps], rtol=1e-5, atol=1e-9)
     np.testing.assert_allclose(
-        out["lars"], [mlperf_reference(s, 21.2, 624, 2184) for s in steps], rtol=1e-5
+        out["multi_phase"], [two_phase_reference(s) for s in steps], rtol=1e-5, atol=1e-9
     )
-    np.testing.assert_allclose(
-        out["warmup"], [0.1 + 0.3 * min(s, 10) / 10 for s in steps], rtol=1e-5
-    )
+    np.testing.assert_allclose(out["lars"], [mlperf_reference(s, 21.2, 624, 2184) for s in steps], rtol=1e-5)
+    np.testing.assert_allclose(out["warmup"], [0.1 + 0.3 * min(s, 10) / 10 for s in steps], rtol=1e-5)
     assert out["weight"] == pytest.approx(-sum(two_phase_reference(t) for t in range(8)), rel=1e-5)
 
 
@@ -293,7 +288,9 @@ def test_scale_learning_rate_sqrt_and_linear():
 
 
 def test_legw_scales_rate_by_sqrt_and_warmup_epochs_linearly():
-    scaled = legw_scale(base_learning_rate=1e-3, base_warmup_epochs=0.5, base_batch_size=1024, batch_size=16384)
+    scaled = legw_scale(
+        base_learning_rate=1e-3, base_warmup_epochs=0.5, base_batch_size=1024, batch_size=16384
+    )
     assert isinstance(scaled, LegwScaled)
     assert scaled.learning_rate == pytest.approx(1e-3 * 4)
     assert scaled.warmup_epochs == pytest.approx(8.0)
@@ -306,8 +303,14 @@ def test_legw_scales_rate_by_sqrt_and_warmup_epochs_linearly():
     "build, message",
     [
         (lambda: WarmupPolynomialDecay(1.0, total_steps=0, warmup_steps=0), "total_steps must be > 0, got 0"),
-        (lambda: WarmupPolynomialDecay(1.0, total_steps=-5, warmup_steps=0), "total_steps must be > 0, got -5"),
-        (lambda: WarmupPolynomialDecay(1.0, total_steps=100, warmup_steps=-1), "warmup_steps must be >= 0, got -1"),
+        (
+            lambda: WarmupPolynomialDecay(1.0, total_steps=-5, warmup_steps=0),
+            "total_steps must be > 0, got -5",
+        ),
+        (
+            lambda: WarmupPolynomialDecay(1.0, total_steps=100, warmup_steps=-1),
+            "warmup_steps must be >= 0, got -1",
+        ),
         (
             lambda: WarmupPolynomialDecay(1.0, total_steps=100, warmup_steps=200),
             "warmup_steps=200 >= total_steps=100",
@@ -316,15 +319,27 @@ def test_legw_scales_rate_by_sqrt_and_warmup_epochs_linearly():
             lambda: WarmupPolynomialDecay(1.0, total_steps=100, warmup_steps=10, end_learning_rate=2.0),
             "end_learning_rate must be in [0, peak_learning_rate=1.0], got 2.0",
         ),
-        (lambda: WarmupPolynomialDecay(0.0, total_steps=100, warmup_steps=10), "peak_learning_rate must be > 0, got 0.0"),
-        (lambda: WarmupPolynomialDecay(1.0, total_steps=100, warmup_steps=10, power=0), "power must be > 0, got 0"),
+        (
+            lambda: WarmupPolynomialDecay(0.0, total_steps=100, warmup_steps=10),
+            "peak_learning_rate must be > 0, got 0.0",
+        ),
+        (
+            lambda: WarmupPolynomialDecay(1.0, total_steps=100, warmup_steps=10, power=0),
+            "power must be > 0, got 0",
+        ),
         (
             lambda: LarsMLPerfSchedule(1.0, steps_per_epoch=10, warmup_epochs=5, total_steps=40),
             "warmup_epochs * steps_per_epoch must be < total_steps, got 5 * 10 = 50 >= total_steps=40",
         ),
-        (lambda: LarsMLPerfSchedule(1.0, steps_per_epoch=0, warmup_epochs=5, total_steps=40), "steps_per_epoch must be > 0, got 0"),
+        (
+            lambda: LarsMLPerfSchedule(1.0, steps_per_epoch=0, warmup_epochs=5, total_steps=40),
+            "steps_per_epoch must be > 0, got 0",
+        ),
         (lambda: WarmUp(1.0, warmup_steps=0), "warmup_steps must be > 0, got 0"),
-        (lambda: WarmUp(1.0, warmup_steps=10, wrapped_step="end"), "wrapped_step must be \"after_warmup\" or \"global\", got 'end'"),
+        (
+            lambda: WarmUp(1.0, warmup_steps=10, wrapped_step="end"),
+            'wrapped_step must be "after_warmup" or "global", got \'end\'',
+        ),
         (lambda: WarmUp(-1.0, warmup_steps=10), "after_warmup must be >= 0, got -1.0"),
         (lambda: MultiPhaseSchedule([]), "phases must be a non-empty list of dicts, got []"),
         (
@@ -341,10 +356,15 @@ def test_legw_scales_rate_by_sqrt_and_warmup_epochs_linearly():
             "('end_learning_rate', 'power'); missing ['warmup_steps'], unknown []",
         ),
         (
-            lambda: MultiPhaseSchedule([{"steps": 10, "peak_learning_rate": 1.0, "warmup_steps": 1, "lr": 2}]),
+            lambda: MultiPhaseSchedule(
+                [{"steps": 10, "peak_learning_rate": 1.0, "warmup_steps": 1, "lr": 2}]
+            ),
             "unknown ['lr']",
         ),
-        (lambda: scale_learning_rate(0.1, 256, 1024, rule="cubic"), "rule must be \"sqrt\" or \"linear\", got 'cubic'"),
+        (
+            lambda: scale_learning_rate(0.1, 256, 1024, rule="cubic"),
+            'rule must be "sqrt" or "linear", got \'cubic\'',
+        ),
         (lambda: scale_learning_rate(0.1, 0, 1024), "base_batch_size must be > 0, got 0"),
         (lambda: scale_learning_rate(0.1, 256, -1), "batch_size must be > 0, got -1"),
         (lambda: legw_scale(0.1, -2, 256, 1024), "base_warmup_epochs must be >= 0, got -2"),
