@@ -45,7 +45,7 @@ def _learning_rate_scaled_velocities(optimizer):
 
 
 class LearningRateWarmup(keras.callbacks.Callback):
-    """Ramps a float learning rate per batch: `keras.optimizers` and Keras 3.
+    """Warms up an optimizer compiled with a float learning rate, per batch.
 
     The replacement for Horovod's `LearningRateWarmupCallback`, which writes
     `optimizer.lr` and fails on Keras 3. Before each batch, with
@@ -66,14 +66,20 @@ class LearningRateWarmup(keras.callbacks.Callback):
     `lr(t0)`. Use a schedule (`keras_largebatch.schedules.WarmUp`) to change
     the rate at every step inside the compiled loop.
 
-    Momentum correction (Goyal et al., 2017, section 2.2): when the rate
+    Momentum correction (Goyal et al., 2017, section 3): when the rate
     changes from `lr_old` to `lr_new`, the velocity of an optimizer whose
     velocity holds the rate (`v = momentum * v + lr * g`) is rescaled,
-    `v = v * lr_new / lr_old`, so that a rate change is not damped by the
-    velocity that was accumulated at the old rate. Supported for
+    `v = v * lr_new / lr_old`, so that the step follows the new rate at once
+    instead of lagging behind it for about `1 / (1 - momentum)` steps while the
+    velocity accumulated at the old rate decays. Supported for
     `keras.optimizers.SGD` and `keras_largebatch.optimizers.LARS` with
     `momentum > 0`; other optimizers raise a `ValueError` at the start of
     training.
+
+    Works on every backend. On JAX the train step works on copies of the
+    variables; Keras copies them back when a callback reads `self.model`, so
+    each warmup batch pays that copy. After the warmup the callback does
+    nothing.
 
     Args:
         warmup_steps: `> 0`, warmup length in optimizer steps. Give this or
