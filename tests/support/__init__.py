@@ -1,0 +1,1 @@
+"""Helpers for the test suite (not collected as tests)."""
