@@ -336,9 +336,7 @@ def _single_device(devices):
         return devices
     if len(devices) == 1:
         return devices[0]
-    raise ValueError(
-        f"devices for name='one_device' must be one device string, got {devices!r}"
-    )
+    raise ValueError(f"devices for name='one_device' must be one device string, got {devices!r}")
 
 
 def _check_tpu_address(tpu):
@@ -355,9 +353,7 @@ def _grpc_host_port(address):
     except ValueError:
         host = port = None
     if not host or port is None:
-        raise ValueError(
-            f'a TPU grpc address must look like "grpc://host:port", got {address!r}'
-        )
+        raise ValueError(f'a TPU grpc address must look like "grpc://host:port", got {address!r}')
     return host, port
 
 

@@ -41,8 +41,12 @@ def machine(monkeypatch):
 
     def set_machine(tpus=0, gpus=0, tf_config=None):
         fake = {
-            "TPU": [tf.config.PhysicalDevice(f"/physical_device:TPU:{i}", "TPU") for i in range(tpus)],
-            "GPU": [tf.config.PhysicalDevice(f"/physical_device:GPU:{i}", "GPU") for i in range(gpus)],
+            "TPU": [
+                tf.config.PhysicalDevice(f"/physical_device:TPU:{i}", "TPU") for i in range(tpus)
+            ],
+            "GPU": [
+                tf.config.PhysicalDevice(f"/physical_device:GPU:{i}", "GPU") for i in range(gpus)
+            ],
             "CPU": [tf.config.PhysicalDevice("/physical_device:CPU:0", "CPU")],
         }
         monkeypatch.setattr(
@@ -73,7 +77,12 @@ def machine(monkeypatch):
             '{"cluster": {"chief": ["h:1"], "worker": ["h:2"]}, "task": {"type": "chief", "index": 0}}',
             "multi_worker",
         ),
-        (0, 0, '{"cluster": {"worker": ["h:1"]}, "task": {"type": "worker", "index": 0}}', "default"),
+        (
+            0,
+            0,
+            '{"cluster": {"worker": ["h:1"]}, "task": {"type": "worker", "index": 0}}',
+            "default",
+        ),
         (0, 2, None, "mirrored"),
         (0, 1, None, "default"),
         (0, 0, None, "default"),
@@ -167,6 +176,27 @@ def test_tf_config_counts_chief_and_workers_but_not_the_evaluator():
     assert tf_config_num_workers(json.dumps(config)) == 3
 
 
+@pytest.mark.parametrize(
+    "communication, implementation", [("auto", "AUTO"), ("ring", "RING"), ("nccl", "NCCL")]
+)
+def test_communication_chooses_the_all_reduce_implementation(
+    machine, monkeypatch, communication, implementation
+):
+    # A real MultiWorkerMirroredStrategy cannot be created once this process has run ops, so
+    # the class is replaced by one that records its options.
+    machine(tf_config=TWO_WORKERS)
+    created = []
+    monkeypatch.setattr(
+        distribute,
+        "_MultiWorkerMirroredStrategy",
+        lambda communication_options: created.append(communication_options),
+    )
+    for name in ("auto", "multi_worker"):
+        get_strategy(name, communication=communication)
+    expected = getattr(tf.distribute.experimental.CommunicationImplementation, implementation)
+    assert [options.implementation for options in created] == [expected, expected]
+
+
 def test_default_strategy_on_a_cpu_machine(machine):
     machine()
     strategy = get_strategy()
@@ -249,7 +279,9 @@ class FakeTPUClusterResolver:
 
 def test_tpu_name_that_cannot_be_resolved_names_the_tpu(machine, monkeypatch):
     machine()
-    monkeypatch.setattr(tf.distribute.cluster_resolver, "TPUClusterResolver", FakeTPUClusterResolver)
+    monkeypatch.setattr(
+        tf.distribute.cluster_resolver, "TPUClusterResolver", FakeTPUClusterResolver
+    )
     with pytest.raises(RuntimeError) as raised:
         get_strategy(tpu="unknown-tpu")
     assert "'unknown-tpu'" in str(raised.value)
@@ -258,7 +290,9 @@ def test_tpu_name_that_cannot_be_resolved_names_the_tpu(machine, monkeypatch):
 
 def test_tpu_name_resolving_to_an_unreachable_address_names_both(machine, monkeypatch):
     machine()
-    monkeypatch.setattr(tf.distribute.cluster_resolver, "TPUClusterResolver", FakeTPUClusterResolver)
+    monkeypatch.setattr(
+        tf.distribute.cluster_resolver, "TPUClusterResolver", FakeTPUClusterResolver
+    )
     with pytest.raises(RuntimeError) as raised:
         get_strategy("tpu", tpu="my-tpu", tpu_connect_timeout=2.0)
     assert "grpc://127.0.0.1:1" in str(raised.value) and "'my-tpu'" in str(raised.value)
@@ -267,15 +301,23 @@ def test_tpu_name_resolving_to_an_unreachable_address_names_both(machine, monkey
 def test_tpu_path_follows_the_tpu_vm_recipe(machine, monkeypatch):
     machine(tpus=8)
     calls = []
-    monkeypatch.setattr(tf.distribute.cluster_resolver, "TPUClusterResolver", FakeTPUClusterResolver)
     monkeypatch.setattr(
-        tf.config, "experimental_connect_to_cluster", lambda resolver: calls.append(("connect", resolver))
+        tf.distribute.cluster_resolver, "TPUClusterResolver", FakeTPUClusterResolver
     )
     monkeypatch.setattr(
-        tf.tpu.experimental, "initialize_tpu_system", lambda resolver: calls.append(("initialize", resolver))
+        tf.config,
+        "experimental_connect_to_cluster",
+        lambda resolver: calls.append(("connect", resolver)),
     )
     monkeypatch.setattr(
-        tf.distribute, "TPUStrategy", lambda resolver: calls.append(("strategy", resolver)) or "tpu-strategy"
+        tf.tpu.experimental,
+        "initialize_tpu_system",
+        lambda resolver: calls.append(("initialize", resolver)),
+    )
+    monkeypatch.setattr(
+        tf.distribute,
+        "TPUStrategy",
+        lambda resolver: calls.append(("strategy", resolver)) or "tpu-strategy",
     )
     assert get_strategy() == "tpu-strategy"
     assert [step for step, _ in calls] == ["connect", "initialize", "strategy"]
@@ -370,8 +412,12 @@ def fail_on_worker(strategy, failing_index):
 
 def assert_same_training(result, reference):
     for i in range(4):
-        np.testing.assert_allclose(result[f"initial_{i}"], reference[f"initial_{i}"], rtol=0, atol=0)
-        np.testing.assert_allclose(result[f"final_{i}"], reference[f"final_{i}"], rtol=1e-5, atol=1e-7)
+        np.testing.assert_allclose(
+            result[f"initial_{i}"], reference[f"initial_{i}"], rtol=0, atol=0
+        )
+        np.testing.assert_allclose(
+            result[f"final_{i}"], reference[f"final_{i}"], rtol=1e-5, atol=1e-7
+        )
     # The comparison means something only if the steps moved the weights.
     moved = max(
         np.max(np.abs(reference[f"final_{i}"] - reference[f"initial_{i}"])) for i in range(4)
@@ -388,6 +434,7 @@ def test_mirrored_two_cpus_matches_one_device():
 
 def test_two_workers_match_one_device_at_the_same_global_batch():
     # "auto" in the workers also checks that a 2-worker TF_CONFIG selects multi_worker.
+    # With the stock MultiWorkerMirroredStrategy, model.fit fails here (keras issue 20585).
     results = run_multi_worker(fit_tiny_model, num_workers=2, strategy="auto", timeout=90)
     reference = fit_tiny_model(tf.distribute.get_strategy())
     assert len(results) == 2

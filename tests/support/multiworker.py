@@ -92,9 +92,7 @@ def run_multi_worker(
         try:
             for index in range(num_workers):
                 workers.append(
-                    _start_worker(
-                        index, addresses, function_name, kwargs, strategy, env, work_dir
-                    )
+                    _start_worker(index, addresses, function_name, kwargs, strategy, env, work_dir)
                 )
             _wait(workers, timeout)
             return [_load_result(worker["result_path"]) for worker in workers]
@@ -190,9 +188,7 @@ def _wait(workers, timeout):
         if all(code is not None for code in codes) or (
             failed_at is not None and time.monotonic() - failed_at > _FAILURE_GRACE_SECONDS
         ):
-            raise RuntimeError(
-                f"multi-worker run failed:\n{_report(workers)}"
-            )
+            raise RuntimeError(f"multi-worker run failed:\n{_report(workers)}")
         if time.monotonic() > deadline:
             raise TimeoutError(
                 f"multi-worker run did not finish within {timeout} s, workers killed:\n"
