@@ -22,6 +22,7 @@ References:
 """
 
 import math
+import numbers
 from typing import NamedTuple
 
 import keras
@@ -31,12 +32,24 @@ _PHASE_DEFAULTS = {"end_learning_rate": 0.0, "power": 1.0}
 _PHASE_REQUIRED = ("steps", "peak_learning_rate", "warmup_steps")
 
 
+def _check_number(name, value):
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        # The usual way a string gets here: YAML 1.1 (PyYAML) reads 6e-3,
+        # without a decimal point, as a string.
+        raise ValueError(
+            f"{name} must be a number, got {value!r} of type {type(value).__name__}"
+            + (" (in YAML, write 6e-3 as 6.0e-3)" if isinstance(value, str) else "")
+        )
+
+
 def _check_positive(name, value):
+    _check_number(name, value)
     if not value > 0:
         raise ValueError(f"{name} must be > 0, got {value}")
 
 
 def _check_non_negative(name, value):
+    _check_number(name, value)
     if not value >= 0:
         raise ValueError(f"{name} must be >= 0, got {value}")
 
@@ -46,6 +59,7 @@ def _check_warmup_polynomial_decay(peak_learning_rate, warmup_steps, total_steps
     _check_positive("total_steps", total_steps)
     _check_non_negative("warmup_steps", warmup_steps)
     _check_positive("power", power)
+    _check_number("end_learning_rate", end_learning_rate)
     if not warmup_steps < total_steps:
         raise ValueError(
             "warmup_steps must be < total_steps (the decay needs at least one "
@@ -158,8 +172,8 @@ class WarmUp(keras.optimizers.schedules.LearningRateSchedule):
         if wrapped_step not in ("after_warmup", "global"):
             raise ValueError(f'wrapped_step must be "after_warmup" or "global", got {wrapped_step!r}')
         if not isinstance(after_warmup, keras.optimizers.schedules.LearningRateSchedule):
-            after_warmup = float(after_warmup)
             _check_non_negative("after_warmup", after_warmup)
+            after_warmup = float(after_warmup)
         self.after_warmup = after_warmup
         self.warmup_steps = warmup_steps
         self.initial_learning_rate = initial_learning_rate
@@ -444,7 +458,7 @@ class MultiPhaseSchedule(keras.optimizers.schedules.LearningRateSchedule):
 
     def __init__(self, phases, total_steps=None):
         super().__init__()
-        if isinstance(phases, (dict, str)) or not len(phases):
+        if not isinstance(phases, (list, tuple)) or not phases:
             raise ValueError(f"phases must be a non-empty list of dicts, got {phases!r}")
         self.phases = [_normalize_phase(index, phase) for index, phase in enumerate(phases)]
         phase_steps = [phase["steps"] for phase in self.phases]

@@ -362,6 +362,17 @@ def test_legw_scales_rate_by_sqrt_and_warmup_epochs_linearly():
             "unknown ['lr']",
         ),
         (
+            lambda: MultiPhaseSchedule([{"steps": 10, "peak_learning_rate": "6e-3", "warmup_steps": 1}]),
+            "phases[0]: peak_learning_rate must be a number, got '6e-3' of type str "
+            "(in YAML, write 6e-3 as 6.0e-3)",
+        ),
+        (
+            lambda: WarmupPolynomialDecay(1.0, total_steps=True, warmup_steps=0),
+            "total_steps must be a number",
+        ),
+        (lambda: MultiPhaseSchedule(None), "phases must be a non-empty list of dicts, got None"),
+        (lambda: WarmUp("0.5", warmup_steps=10), "after_warmup must be a number, got '0.5' of type str"),
+        (
             lambda: scale_learning_rate(0.1, 256, 1024, rule="cubic"),
             'rule must be "sqrt" or "linear", got \'cubic\'',
         ),
