@@ -9,8 +9,6 @@ import os
 
 import keras
 import numpy as np
-import tensorflow as tf
-from tensorflow.core.framework import summary_pb2
 
 from keras_largebatch.optimizers import LARS
 
@@ -235,6 +233,8 @@ class LearningRateLogger(keras.callbacks.Callback):
 
 
 def _summary_metadata(plugin_name):
+    from tensorflow.core.framework import summary_pb2
+
     return summary_pb2.SummaryMetadata(
         plugin_data=summary_pb2.SummaryMetadata.PluginData(plugin_name=plugin_name)
     )
@@ -303,6 +303,10 @@ class TrustRatioMonitor(keras.callbacks.Callback):
                 "optimizers.LAMB or LARS)"
             )
         if self.log_dir is not None and self._writer is None:
+            # TensorFlow is imported only to write event files, so that this
+            # module loads quickly on the JAX and PyTorch backends.
+            import tensorflow as tf
+
             os.makedirs(self.log_dir, exist_ok=True)
             self._writer = tf.summary.create_file_writer(self.log_dir)
 
@@ -326,6 +330,8 @@ class TrustRatioMonitor(keras.callbacks.Callback):
             self._write_summaries(epoch, record, values)
 
     def _write_summaries(self, epoch, record, values):
+        import tensorflow as tf
+
         counts, edges = np.histogram(values, bins=self.histogram_buckets)
         # The histograms plugin's format: one row per bucket,
         # [left edge, right edge, count], float64.
