@@ -367,7 +367,8 @@ def tiny_regression_data(num_examples):
 def fit_tiny_model(strategy, global_batch_size=8, steps=3, learning_rate=0.1):
     """Trains a 2-layer model for `steps` SGD steps under `strategy`; a multi-worker function.
 
-    Returns the weights before and after, and how the strategy was set up.
+    Returns the weights before and after, the logged and evaluated losses, and how the
+    strategy was set up.
     """
     features, targets = tiny_regression_data(global_batch_size * steps)
     options = tf.data.Options()
@@ -391,10 +392,13 @@ def fit_tiny_model(strategy, global_batch_size=8, steps=3, learning_rate=0.1):
         )
         model.compile(optimizer=keras.optimizers.SGD(learning_rate), loss="mse")
     initial = model.get_weights()
-    model.fit(dataset, epochs=1, steps_per_epoch=steps, verbose=0)
+    history = model.fit(dataset, epochs=1, steps_per_epoch=steps, verbose=0)
     description = describe_strategy(strategy)
     result = {f"initial_{i}": weight for i, weight in enumerate(initial)}
     result.update({f"final_{i}": weight for i, weight in enumerate(model.get_weights())})
+    # The logged and evaluated losses go through the strategy's reduce of scalars.
+    result["fit_loss"] = history.history["loss"][-1]
+    result["evaluate_loss"] = model.evaluate(dataset, steps=steps, verbose=0)
     result["kind"] = description["kind"]
     result["num_replicas"] = description["num_replicas"]
     result["num_workers"] = description["num_workers"]
@@ -418,6 +422,8 @@ def assert_same_training(result, reference):
         np.testing.assert_allclose(
             result[f"final_{i}"], reference[f"final_{i}"], rtol=1e-5, atol=1e-7
         )
+    for loss in ("fit_loss", "evaluate_loss"):
+        np.testing.assert_allclose(result[loss], reference[loss], rtol=1e-5)
     # The comparison means something only if the steps moved the weights.
     moved = max(
         np.max(np.abs(reference[f"final_{i}"] - reference[f"initial_{i}"])) for i in range(4)
