@@ -425,8 +425,8 @@ def create_pretraining_data(
     Args:
         input_files: text file paths or glob patterns; one sentence per line, a blank line
             between documents.
-        output_dir: where the shards ``pretraining-XXXXX-of-YYYYY.tfrecord``, ``manifest.json``
-            and, when a vocabulary is built, ``vocab.txt`` go.
+        output_dir: local directory for the shards ``pretraining-XXXXX-of-YYYYY.tfrecord``,
+            ``manifest.json`` and, when a vocabulary is built, ``vocab.txt``.
         vocab_file: a vocabulary (one token per line) to tokenize with. None builds one of at
             most ``vocabulary_size`` tokens from the input and writes it to ``vocab.txt``.
         vocabulary_size: size bound for a built vocabulary.
@@ -447,6 +447,10 @@ def create_pretraining_data(
 
     Returns:
         A ``PretrainingData`` describing the written files.
+
+    All serialized instances are held in memory for the global shuffle, as in
+    google-research/bert (about 1 KB each at sequence length 128); for a corpus too large for
+    that, run once per part of the input, each into its own ``output_dir``.
     """
     options = InstanceOptions(
         max_seq_length, max_predictions_per_seq, masked_lm_prob, short_seq_prob, dynamic_masking
@@ -611,7 +615,8 @@ def create_default_pretraining_data(
     if not overwrite and os.path.isfile(manifest_file):
         with open(manifest_file, encoding="utf-8") as manifest_stream:
             manifest = json.load(manifest_stream)
-        if manifest["config"] == config and all(map(os.path.isfile, manifest["record_files"])):
+        expected_files = manifest["record_files"] + [manifest["vocab_file"], corpus_file]
+        if manifest["config"] == config and all(map(os.path.isfile, expected_files)):
             _log(progress, f"reusing {manifest['num_examples']} examples in {output_dir}")
             return PretrainingData(
                 manifest["record_files"], manifest["vocab_file"], manifest["num_examples"],
@@ -631,36 +636,46 @@ def build_parser():
         prog="keras-largebatch-create-data",
         description="Write BERT pretraining TFRecords (google-research/bert schema) from text "
                     "files with one sentence per line and a blank line between documents.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument("--input_files", nargs="+", metavar="PATH_OR_GLOB",
-                        help="input text files")
+                        help="input text files or glob patterns")
     source.add_argument("--default_corpus", action="store_true",
                         help="use the embedded corpus (Python's own documentation) and build "
-                             "its vocabulary; ignores --vocab_file")
-    parser.add_argument("--output_dir", required=True, help="directory for the output")
+                             "its vocabulary; excludes --vocab_file")
+    parser.add_argument("--output_dir", required=True,
+                        help="directory for the record shards, manifest.json and vocab.txt")
     parser.add_argument("--vocab_file", default=None,
-                        help="vocabulary to use, one token per line; default: build one from "
-                             "the input into OUTPUT_DIR/vocab.txt")
+                        help="vocabulary to use, one token per line (default: build one from "
+                             "the input into OUTPUT_DIR/vocab.txt)")
     parser.add_argument("--vocabulary_size", type=int, default=vocab_lib.DEFAULT_VOCABULARY_SIZE,
-                        help="most tokens in a built vocabulary")
-    parser.add_argument("--max_seq_length", type=int, default=128)
-    parser.add_argument("--max_predictions_per_seq", type=int, default=20)
-    parser.add_argument("--masked_lm_prob", type=float, default=0.15)
+                        help="most tokens in a built vocabulary (default: %(default)s)")
+    parser.add_argument("--max_seq_length", type=int, default=128,
+                        help="tokens per instance, [CLS] and [SEP]s included "
+                             "(default: %(default)s)")
+    parser.add_argument("--max_predictions_per_seq", type=int, default=20,
+                        help="most masked positions per instance (default: %(default)s)")
+    parser.add_argument("--masked_lm_prob", type=float, default=0.15,
+                        help="fraction of tokens to mask (default: %(default)s)")
     parser.add_argument("--dupe_factor", type=int, default=None,
-                        help=f"passes over the corpus; default 10 ({DEFAULT_CORPUS_DUPE_FACTOR} "
-                             "with --default_corpus)")
-    parser.add_argument("--short_seq_prob", type=float, default=0.1)
-    parser.add_argument("--num_output_shards", type=int, default=8)
-    parser.add_argument("--seed", type=int, default=12345)
+                        help="passes over the corpus, each with new cuts and masks (default: "
+                             f"10, or {DEFAULT_CORPUS_DUPE_FACTOR} with --default_corpus)")
+    parser.add_argument("--short_seq_prob", type=float, default=0.1,
+                        help="probability of a shorter random target length "
+                             "(default: %(default)s)")
+    parser.add_argument("--num_output_shards", type=int, default=8,
+                        help="record files, written round-robin (default: %(default)s)")
+    parser.add_argument("--seed", type=int, default=12345,
+                        help="the same seed writes the same bytes (default: %(default)s)")
     parser.add_argument("--num_workers", type=int, default=None,
-                        help="worker processes; default: all available CPUs")
+                        help="worker processes; the output does not depend on it "
+                             "(default: all available CPUs)")
     parser.add_argument("--dynamic_masking", action="store_true",
                         help="write unmasked records (no masked_lm_* features) for the input "
                              "pipeline's per-epoch masking")
     parser.add_argument("--overwrite", action="store_true",
-                        help="replace existing output in OUTPUT_DIR")
+                        help="replace existing output in OUTPUT_DIR (without it, existing "
+                             "output is an error raised before any work)")
     return parser
 
 
