@@ -243,9 +243,10 @@ def _summary_metadata(plugin_name):
 class TrustRatioMonitor(keras.callbacks.Callback):
     """Logs statistics of the per-layer trust ratios at the end of each epoch.
 
-    Reads `optimizer.trust_ratios()` (a `LAMB` or `LARS` built with
+    Reads `optimizer.trust_ratios()` (a `LAMB` or `LARS` constructed with
     `record_trust_ratio=True`; a `LossScaleOptimizer` is unwrapped): the
-    ratio each variable got at the last step of the epoch. Adds to the epoch
+    ratio each variable got at the last step of the epoch. Variables excluded
+    from layer adaptation report 1.0 and count in the statistics. Adds to the epoch
     logs, so `History` and Keras's `TensorBoard` show them:
 
     - `trust_ratio_min`, `trust_ratio_median`, `trust_ratio_max`.
