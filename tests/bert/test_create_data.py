@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from keras_largebatch.bert import corpus as corpus_lib
 from keras_largebatch.bert import create_data
 from keras_largebatch.bert import vocab as vocab_lib
 
@@ -261,3 +262,30 @@ def test_rejects_missing_input_and_single_document(tagged_corpus, tmp_path):
     with pytest.raises(ValueError, match="hold 1 non-empty document.*at least 2"):
         create_data.create_pretraining_data([str(single)], str(tmp_path / "out"),
                                             vocab_file=vocab_file, num_workers=1, progress=False)
+
+
+def test_default_data_is_reused_refused_or_overwritten(tmp_path, monkeypatch):
+    # A two-document stand-in for the embedded corpus keeps this test to a second.
+    documents = [[f"Sentence {word} of the first document." for word in "abcdef"],
+                 [f"Another {word} sentence in document two." for word in "ghijkl"]]
+    monkeypatch.setattr(corpus_lib, "default_corpus_documents", lambda: documents)
+    arguments = dict(max_seq_length=16, max_predictions_per_seq=3, vocabulary_size=60,
+                     dupe_factor=2, num_output_shards=2, num_workers=1, progress=False)
+    first = create_data.create_default_pretraining_data(str(tmp_path), **arguments)
+    corpus_text = open(tmp_path / "default_corpus.txt").read()
+    assert [block.split("\n") for block in corpus_text.rstrip("\n").split("\n\n")] == documents
+    assert first.vocab_file == str(tmp_path / "vocab.txt")
+    assert sum(1 for path in first.record_files for _ in tf.data.TFRecordDataset(path)) == first.num_examples
+
+    def fail(*args, **kwargs):
+        raise AssertionError("recreated data that was already there")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(create_data, "_create", fail)
+        again = create_data.create_default_pretraining_data(str(tmp_path), **arguments)
+        assert (again.record_files, again.num_examples) == (first.record_files, first.num_examples)
+        with pytest.raises(FileExistsError, match="--overwrite"):
+            create_data.create_default_pretraining_data(str(tmp_path), **{**arguments, "seed": 1})
+    other = create_data.create_default_pretraining_data(
+        str(tmp_path), **{**arguments, "seed": 1}, overwrite=True)
+    assert other.config["seed"] == 1
