@@ -53,7 +53,8 @@ def main(argv=None):
         dynamic_masking=args.dynamic_masking, vocab_file=data.vocab_file)
     masking = "dynamic" if args.dynamic_masking else "static"
     print(f"input pipeline, seq 128, batch {args.batch_size}, {masking} masking: "
-          f"{rate:,.0f} examples/s ({data.num_examples} examples in {len(data.record_files)} files)")
+          f"{rate:,.0f} examples/s ({data.num_examples} examples in "
+          f"{len(data.record_files)} files)")
 
 
 if __name__ == "__main__":

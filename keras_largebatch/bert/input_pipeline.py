@@ -3,18 +3,18 @@
 ``make_pretraining_dataset`` yields ``(features, labels, sample_weights)`` batches that
 ``keras.Model.fit`` takes as they are, every tensor with a static shape (so it runs on TPU):
 
-==============================  =======  ==========================  ================================
-key                             dtype    shape                       from record feature
-==============================  =======  ==========================  ================================
-features["token_ids"]           int32    [batch, seq_length]         input_ids / input_word_ids
-features["segment_ids"]         int32    [batch, seq_length]         segment_ids / input_type_ids
-features["padding_mask"]        int32    [batch, seq_length]         input_mask
-features["mask_positions"]      int32    [batch, max_predictions]    masked_lm_positions
-labels["masked_lm"]             int32    [batch, max_predictions]    masked_lm_ids
-labels["next_sentence"]         int32    [batch]                     next_sentence_labels
-sample_weights["masked_lm"]     float32  [batch, max_predictions]    masked_lm_weights
-sample_weights["next_sentence"] float32  [batch]                     (all ones)
-==============================  =======  ==========================  ================================
+==============================  =======  ========================  ============================
+key                             dtype    shape                     from record feature
+==============================  =======  ========================  ============================
+features["token_ids"]           int32    [batch, seq_length]       input_ids / input_word_ids
+features["segment_ids"]         int32    [batch, seq_length]       segment_ids / input_type_ids
+features["padding_mask"]        int32    [batch, seq_length]       input_mask
+features["mask_positions"]      int32    [batch, max_predictions]  masked_lm_positions
+labels["masked_lm"]             int32    [batch, max_predictions]  masked_lm_ids
+labels["next_sentence"]         int32    [batch]                   next_sentence_labels
+sample_weights["masked_lm"]     float32  [batch, max_predictions]  masked_lm_weights
+sample_weights["next_sentence"] float32  [batch]                   (all ones)
+==============================  =======  ========================  ============================
 
 The feature names are those of keras-hub's ``BertBackbone`` inputs plus ``BertMaskedLM``'s
 ``mask_positions``; a model with outputs named ``masked_lm`` (logits ``[batch, max_predictions,
@@ -202,9 +202,9 @@ def check_record_file(path, seq_length, max_predictions_per_seq, dynamic_masking
         for candidate in FEATURE_ALIASES.get(name, (name,)):
             if candidate in features:
                 return candidate
+        accepted = " or ".join(map(repr, FEATURE_ALIASES.get(name, (name,))))
         raise ValueError(
-            f"record file {path!r} lacks feature {' or '.join(map(repr, FEATURE_ALIASES.get(name, (name,))))}; "
-            f"it has {sorted(features)}"
+            f"record file {path!r} lacks feature {accepted}; it has {sorted(features)}"
         )
 
     names = (spelling("input_ids"), spelling("segment_ids"))

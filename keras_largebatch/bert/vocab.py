@@ -53,7 +53,9 @@ def build_vocabulary(
     if min_token_count < 1:
         raise ValueError(f"min_token_count must be >= 1, got {min_token_count}")
     if not sentences:
-        raise ValueError("sentences must contain at least one string to learn a vocabulary, got none")
+        raise ValueError(
+            "sentences must contain at least one string to learn a vocabulary, got none"
+        )
     dataset = tf.data.Dataset.from_tensor_slices(list(sentences)).batch(1024)
     return bert_vocab_from_dataset.bert_vocab_from_dataset(
         dataset,
@@ -102,7 +104,8 @@ def check_vocabulary(vocabulary, source="vocabulary"):
         )
     if vocabulary[0] != PAD_TOKEN:
         raise ValueError(
-            f"{source} has {vocabulary[0]!r} at id 0; records pad with 0, so id 0 must be {PAD_TOKEN!r}"
+            f"{source} has {vocabulary[0]!r} at id 0; records pad with 0, so id 0 must be "
+            f"{PAD_TOKEN!r}"
         )
     if len(set(vocabulary)) != len(vocabulary):
         seen = set()

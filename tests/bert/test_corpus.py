@@ -17,7 +17,8 @@ def test_documents_are_deterministic_prose():
     # Grammar productions and interactive examples are code, not sentences.
     assert not [sentence for sentence in sentences if "::=" in sentence or ">>>" in sentence]
     # The first paragraph of help("assert"), split at its sentence boundary.
-    assert "Assert statements are a convenient way to insert debugging assertions into a program:" in sentences
+    assert ("Assert statements are a convenient way to insert debugging assertions into a "
+            "program:") in sentences
     # Headings ("The "assert" statement" over a row of asterisks) are dropped.
     assert 'The "assert" statement' not in sentences
 
@@ -40,7 +41,8 @@ def test_documents_come_from_topics_then_module_docstrings():
     topic_documents = [document for document in topic_documents if len(document) >= 2]
     assert documents[:len(topic_documents)] == topic_documents
     argparse_document = documents[len(topic_documents)]
-    assert argparse_document[0] == "This module is an optparse-inspired command-line parsing library that:"
+    assert argparse_document[0] == (
+        "This module is an optparse-inspired command-line parsing library that:")
 
 
 def test_written_file_has_one_sentence_per_line_and_blank_lines_between_documents(tmp_path):

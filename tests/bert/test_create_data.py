@@ -106,8 +106,9 @@ def test_record_schema_matches_google_research_bert(tagged_corpus, tmp_path):
                 "segment_ids": ("int64_list", 64), "masked_lm_positions": ("int64_list", 10),
                 "masked_lm_ids": ("int64_list", 10), "masked_lm_weights": ("float_list", 10),
                 "next_sentence_labels": ("int64_list", 1)}
-    assert {name: (feature.WhichOneof("kind"), len(getattr(feature, feature.WhichOneof("kind")).value))
-            for name, feature in features.items()} == expected
+    kinds = {name: feature.WhichOneof("kind") for name, feature in features.items()}
+    assert {name: (kind, len(getattr(features[name], kind).value))
+            for name, kind in kinds.items()} == expected
     counts = [sum(1 for _ in tf.data.TFRecordDataset(path)) for path in result.record_files]
     # Round-robin: shard sizes differ by at most one, the first shards taking the remainder.
     assert sum(counts) == result.num_examples and max(counts) - min(counts) <= 1
@@ -159,14 +160,16 @@ def test_masking_statistics(tagged_corpus, tmp_path):
         outcomes["kept"] += int((at_positions == originals).sum())
         outcomes["random"] += int(((at_positions != MASK) & (at_positions != originals)).sum())
         assert all(token in id_to_tag for token in at_positions if token != MASK)
-        unmasked = np.setdiff1d(np.arange(length), np.concatenate([positions, [0, length_a + 1, length - 1]]))
+        unmasked = np.setdiff1d(np.arange(length),
+                                np.concatenate([positions, [0, length_a + 1, length - 1]]))
         assert all(record["input_ids"][position] in id_to_tag for position in unmasked)
         masked_tokens += num_predictions
         total_tokens += length
     total = sum(outcomes.values())
     assert total > 4000, total
     # A random replacement equals the original with probability 1/480, counted as "kept".
-    for outcome, probability in (("mask", 0.8), ("kept", 0.1 + 0.1 / 480), ("random", 0.1 - 0.1 / 480)):
+    for outcome, probability in (("mask", 0.8), ("kept", 0.1 + 0.1 / 480),
+                                 ("random", 0.1 - 0.1 / 480)):
         tolerance = 4 * np.sqrt(probability * (1 - probability) / total)
         assert abs(outcomes[outcome] / total - probability) < tolerance, (outcome, outcomes)
     assert abs(masked_tokens / total_tokens - 0.15) < 0.01
@@ -275,7 +278,8 @@ def test_default_data_is_reused_refused_or_overwritten(tmp_path, monkeypatch):
     corpus_text = open(tmp_path / "default_corpus.txt").read()
     assert [block.split("\n") for block in corpus_text.rstrip("\n").split("\n\n")] == documents
     assert first.vocab_file == str(tmp_path / "vocab.txt")
-    assert sum(1 for path in first.record_files for _ in tf.data.TFRecordDataset(path)) == first.num_examples
+    records = sum(1 for path in first.record_files for _ in tf.data.TFRecordDataset(path))
+    assert records == first.num_examples
 
     def fail(*args, **kwargs):
         raise AssertionError("recreated data that was already there")
