@@ -2,7 +2,7 @@
 
     python benchmarks/input_pipeline.py [--batch_size 32] [--steps 500] [--dynamic_masking]
 
-Creates the default pretraining data first if ``--data_dir`` lacks it (about 30 s on 2 cores;
+Creates the default pretraining data first if ``--data_dir`` lacks it (about 10 s on 2 cores;
 reused afterwards), then reads training batches with nothing consuming them and prints the
 rate. The figure bounds the input side: a training step that consumes batches more slowly than
 this is not input-bound.

@@ -65,9 +65,12 @@ VOCABULARY_FILENAME = "vocab.txt"
 DOCUMENTS_PER_TASK = 32
 # Sentences per tokenizer call: large enough to amortize the TF call, small enough for memory.
 TOKENIZE_BATCH_SIZE = 8192
-# The default corpus is ~170K tokens; 5 passes give ~9K instances at sequence length 128 in
-# about 30 s on 2 cores, enough for the tiny CPU pretraining run.
+# The default corpus is ~170K tokens; 5 passes give ~9.5K instances at sequence length 128,
+# enough for the tiny CPU pretraining run, in about 10 s (7 s of it learning the vocabulary).
 DEFAULT_CORPUS_DUPE_FACTOR = 5
+# Below this many corpus tokens times dupe passes, starting worker processes costs more than
+# the work (see choose_num_workers).
+PARALLEL_MIN_TOKEN_PASSES = 20_000_000
 
 
 @dataclasses.dataclass(frozen=True)
@@ -437,8 +440,9 @@ def create_pretraining_data(
         short_seq_prob: probability of a shorter random target length.
         num_output_shards: record files, written round-robin.
         seed: the only source of randomness; the same seed gives byte-identical files.
-        num_workers: processes creating instances; None uses every available CPU. The output
-            does not depend on it.
+        num_workers: processes creating instances; None uses every available CPU when the
+            input is large enough to repay their start-up (``choose_num_workers``), else one.
+            The output does not depend on it.
         dynamic_masking: write unmasked records without ``masked_lm_*`` features, for the input
             pipeline's per-epoch masking.
         overwrite: replace existing output in ``output_dir``; without it, existing output is an
@@ -474,14 +478,13 @@ def create_pretraining_data(
         "num_output_shards": num_output_shards,
         "seed": seed,
     }
-    return _create(input_paths, output_dir, config, options, num_workers, progress)
+    return _create(input_paths, output_dir, config, options, num_workers, _Progress(progress))
 
 
 def _create(input_paths, output_dir, config, options, num_workers, progress):
-    start_time = time.perf_counter()
     documents = read_documents(input_paths)
     num_sentences = sum(len(document) for document in documents)
-    _log(progress, f"read {len(documents)} documents, {num_sentences} sentences "
+    progress(f"read {len(documents)} documents, {num_sentences} sentences "
               f"from {len(input_paths)} file(s)")
     if config["vocab_file"] is None:
         vocabulary = vocab_lib.build_vocabulary(
@@ -491,7 +494,7 @@ def _create(input_paths, output_dir, config, options, num_workers, progress):
         vocab_file = vocab_lib.save_vocabulary(
             vocabulary, os.path.join(output_dir, VOCABULARY_FILENAME)
         )
-        _log(progress, f"built a vocabulary of {len(vocabulary)} tokens: {vocab_file}")
+        progress(f"built a vocabulary of {len(vocabulary)} tokens: {vocab_file}")
     else:
         vocab_file = config["vocab_file"]
         vocabulary = vocab_lib.load_vocabulary(vocab_file)
@@ -502,9 +505,10 @@ def _create(input_paths, output_dir, config, options, num_workers, progress):
             "next-sentence pairs need at least 2 (separate documents with a blank line)"
         )
     num_tokens = sum(len(sentence) for document in documents for sentence in document)
-    _log(progress, f"tokenized {num_tokens} tokens in {len(documents)} documents")
+    progress(f"tokenized {num_tokens} tokens in {len(documents)} documents")
 
     tasks = _make_tasks(len(documents), config["dupe_factor"], config["seed"])
+    num_workers = choose_num_workers(num_workers, num_tokens, config["dupe_factor"], len(tasks))
     records = _run_tasks(
         tasks, documents, options, TokenIds.from_vocabulary(vocabulary), num_workers, progress
     )
@@ -515,7 +519,7 @@ def _create(input_paths, output_dir, config, options, num_workers, progress):
         with tf.io.TFRecordWriter(path) as writer:
             for record in shard_records:
                 writer.write(record)
-        _log(progress, f"wrote shard {shard_index + 1}/{len(record_files)}: {path} "
+        progress(f"wrote shard {shard_index + 1}/{len(record_files)}: {path} "
                   f"({len(shard_records)} examples)")
     manifest_file = os.path.join(output_dir, MANIFEST_FILENAME)
     with open(manifest_file, "w", encoding="utf-8") as manifest:
@@ -525,13 +529,27 @@ def _create(input_paths, output_dir, config, options, num_workers, progress):
             "record_files": record_files,
             "num_examples": len(records),
         }, manifest, indent=2)
-    _log(progress, f"done: {len(records)} examples in {time.perf_counter() - start_time:.1f} s")
+    progress(f"done: {len(records)} examples")
     return PretrainingData(record_files, vocab_file, len(records), manifest_file, config)
+
+
+def choose_num_workers(num_workers, num_tokens, dupe_factor, num_tasks):
+    """Worker processes for a run: ``num_workers`` if given, else all CPUs when that pays off.
+
+    A spawned worker takes about 6 s to start (it imports TensorFlow), and one process creates
+    instances at about 1.2M corpus tokens per second (dupe passes counted), so with
+    ``num_workers=None`` a run uses one process below ``PARALLEL_MIN_TOKEN_PASSES`` token
+    passes: the default corpus (170K tokens x 5 passes) takes 0.7 s inline and 7 s with 2
+    workers. Never more workers than tasks.
+    """
+    if num_workers is None:
+        parallel = num_tokens * dupe_factor >= PARALLEL_MIN_TOKEN_PASSES
+        num_workers = default_num_workers() if parallel else 1
+    return max(1, min(num_workers, num_tasks))
 
 
 def _run_tasks(tasks, documents, options, token_ids, num_workers, progress):
     """Runs the tasks, in parallel when ``num_workers > 1``; returns records in task order."""
-    num_workers = min(num_workers or default_num_workers(), len(tasks))
     run = _TaskRunner(documents, options, token_ids)
     records = []
     if num_workers == 1:
@@ -546,7 +564,7 @@ def _run_tasks(tasks, documents, options, token_ids, num_workers, progress):
         for done, task_records in enumerate(results, start=1):
             records.extend(task_records)
             if done % max(1, len(tasks) // 10) == 0 or done == len(tasks):
-                _log(progress, f"created instances: task {done}/{len(tasks)}, "
+                progress(f"created instances: task {done}/{len(tasks)}, "
                           f"{len(records)} examples so far ({num_workers} worker(s))")
     finally:
         if pool is not None:
@@ -566,9 +584,17 @@ class _TaskRunner:
         return _run_task(task, self.documents, self.options, self.token_ids)
 
 
-def _log(progress, message):
-    if progress:
-        print(f"[create_data] {message}", file=sys.stderr, flush=True)
+class _Progress:
+    """Progress lines on stderr, stamped with the seconds since the run started."""
+
+    def __init__(self, enabled):
+        self.enabled = enabled
+        self.start_time = time.perf_counter()
+
+    def __call__(self, message):
+        if self.enabled:
+            elapsed = time.perf_counter() - self.start_time
+            print(f"[create_data {elapsed:6.1f}s] {message}", file=sys.stderr, flush=True)
 
 
 def create_default_pretraining_data(
@@ -588,10 +614,11 @@ def create_default_pretraining_data(
 ):
     """Writes the embedded default corpus, its vocabulary and its TFRecords to ``output_dir``.
 
-    For the default pretraining job: needs no download and takes about 30 s on 2 CPU cores at
-    the defaults. If ``output_dir`` already holds the output of a call with the same arguments
-    (and the same Python, whose standard library is the corpus), that output is returned without
-    work; output of different arguments is an error unless ``overwrite``.
+    For the default pretraining job: needs no download and takes about 10 s on 2 CPU cores at
+    the defaults (15-30 s when the machine is busy). If ``output_dir`` already holds the output
+    of a call with the same arguments (and the same Python, whose standard library is the
+    corpus), that output is returned without work; output of different arguments is an error
+    unless ``overwrite``.
 
     Returns:
         A ``PretrainingData``; ``record_files`` go to ``make_pretraining_dataset``.
@@ -617,7 +644,7 @@ def create_default_pretraining_data(
             manifest = json.load(manifest_stream)
         expected_files = manifest["record_files"] + [manifest["vocab_file"], corpus_file]
         if manifest["config"] == config and all(map(os.path.isfile, expected_files)):
-            _log(progress, f"reusing {manifest['num_examples']} examples in {output_dir}")
+            _Progress(progress)(f"reusing {manifest['num_examples']} examples in {output_dir}")
             return PretrainingData(
                 manifest["record_files"], manifest["vocab_file"], manifest["num_examples"],
                 manifest_file, config,
@@ -627,7 +654,7 @@ def create_default_pretraining_data(
     ]
     _claim_outputs(output_dir, planned, overwrite)
     corpus_lib.write_default_corpus(output_dir)
-    return _create([corpus_file], output_dir, config, options, num_workers, progress)
+    return _create([corpus_file], output_dir, config, options, num_workers, _Progress(progress))
 
 
 def build_parser():
@@ -668,8 +695,9 @@ def build_parser():
     parser.add_argument("--seed", type=int, default=12345,
                         help="the same seed writes the same bytes (default: %(default)s)")
     parser.add_argument("--num_workers", type=int, default=None,
-                        help="worker processes; the output does not depend on it "
-                             "(default: all available CPUs)")
+                        help="worker processes; the output does not depend on it (default: "
+                             "all available CPUs for inputs large enough to repay starting "
+                             "them, else 1)")
     parser.add_argument("--dynamic_masking", action="store_true",
                         help="write unmasked records (no masked_lm_* features) for the input "
                              "pipeline's per-epoch masking")

@@ -293,3 +293,13 @@ def test_default_data_is_reused_refused_or_overwritten(tmp_path, monkeypatch):
     other = create_data.create_default_pretraining_data(
         str(tmp_path), **{**arguments, "seed": 1}, overwrite=True)
     assert other.config["seed"] == 1
+
+
+def test_worker_count_defaults_to_parallel_only_for_large_inputs():
+    threshold = create_data.PARALLEL_MIN_TOKEN_PASSES
+    cpus = create_data.default_num_workers()
+    assert create_data.choose_num_workers(None, threshold // 10 - 1, 10, num_tasks=50) == 1
+    assert create_data.choose_num_workers(None, threshold // 10, 10, num_tasks=50) == min(cpus, 50)
+    assert create_data.choose_num_workers(None, threshold, 10, num_tasks=1) == 1
+    assert create_data.choose_num_workers(3, 10, 1, num_tasks=50) == 3
+    assert create_data.choose_num_workers(3, 10, 1, num_tasks=2) == 2
