@@ -22,7 +22,8 @@ class LARS(LayerwiseAdaptiveOptimizer):
 
     The decay term is skipped for variables excluded from weight decay. The velocity ``v``
     holds the learning rate, as in the MLPerf reference, so a change of rate takes effect
-    through new steps only.
+    through new steps only. The slot stores ``-v``, Keras's SGD convention, so that TensorFlow
+    can run the momentum step as one fused kernel.
 
     Args:
         learning_rate: float, `LearningRateSchedule` or callable. Defaults to ``1.0``
@@ -149,12 +150,7 @@ class LARS(LayerwiseAdaptiveOptimizer):
         else:
             step_size = learning_rate
 
-        scaled_direction = ops.multiply(direction, step_size)
-        self.assign(velocity, ops.add(ops.multiply(velocity, self.momentum), scaled_direction))
-        if self.nesterov:
-            self.assign_sub(variable, ops.add(ops.multiply(velocity, self.momentum), scaled_direction))
-        else:
-            self.assign_sub(variable, velocity)
+        _momentum_step(self, variable, velocity, direction, step_size, self.momentum, self.nesterov)
 
     def get_config(self):
         config = super().get_config()
@@ -168,3 +164,32 @@ class LARS(LayerwiseAdaptiveOptimizer):
             }
         )
         return config
+
+
+def _momentum_step(optimizer, variable, velocity, direction, step_size, momentum, nesterov):
+    """``m = momentum * m - step_size * direction``; ``w += m`` (Nesterov: ``w += momentum * m - step_size * direction``).
+
+    ``m`` is minus the velocity of the class docstring. On TensorFlow this is the fused
+    ``ResourceApplyKerasMomentum`` kernel (one pass over w, m and the direction, also under XLA);
+    elsewhere the same arithmetic in `keras.ops`.
+    """
+    if keras.backend.backend() == "tensorflow":
+        import tensorflow as tf
+
+        momentum_buffer = velocity.value if isinstance(velocity, keras.Variable) else velocity
+        weights = variable.value if isinstance(variable, keras.Variable) else variable
+        tf.raw_ops.ResourceApplyKerasMomentum(
+            var=weights.handle,
+            accum=momentum_buffer.handle,
+            lr=step_size,
+            grad=direction,
+            momentum=ops.cast(momentum, variable.dtype),
+            use_nesterov=nesterov,
+        )
+        return
+    scaled_direction = ops.multiply(direction, step_size)
+    optimizer.assign(velocity, ops.subtract(ops.multiply(velocity, momentum), scaled_direction))
+    if nesterov:
+        optimizer.assign_add(variable, ops.subtract(ops.multiply(velocity, momentum), scaled_direction))
+    else:
+        optimizer.assign_add(variable, velocity)
