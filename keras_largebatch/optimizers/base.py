@@ -15,6 +15,13 @@ only right on the gradient of the whole global batch, so this base class reorder
 
 The learning-rate schedule and the bias correction see the optimizer step count
 (`iterations`), which advances once per k micro-batches.
+
+On more than one replica, a step whose summed gradient is not finite (inf or NaN) is
+skipped: weights, slots, accumulators, recorded trust ratios and the step count keep their
+values on every replica. `keras.optimizers.LossScaleOptimizer` makes that decision from
+replica 0's own gradient only, so without this check an overflow on another replica would
+reach the weights of all of them. The loss scale itself is still LossScaleOptimizer's: it
+is not halved when only a replica other than 0 overflowed.
 """
 
 import math
@@ -44,10 +51,17 @@ def check_number(argument, value, *, low=None, high=None, low_open=False, high_o
 
 
 def _check_learning_rate(learning_rate):
-    # Schedules, callables and variables are checked by Keras; plain numbers here, because
-    # a negative or NaN rate would otherwise only show up as a diverged run.
+    # A negative or NaN rate would otherwise only show up as a diverged run, and a string
+    # (YAML reads "6e-3" as one) as an obscure failure inside the first step.
     if isinstance(learning_rate, numbers.Real) and not isinstance(learning_rate, bool):
         check_number("learning_rate", learning_rate, low=0.0)
+    elif isinstance(learning_rate, (str, bool)) or not (
+        callable(learning_rate) or isinstance(learning_rate, keras.Variable) or keras.ops.is_tensor(learning_rate)
+    ):
+        raise TypeError(
+            "learning_rate must be a number >= 0, a LearningRateSchedule, a callable or a variable, "
+            f"got {learning_rate!r} of type {type(learning_rate).__name__}"
+        )
 
 
 def _check_trust_ratio_bounds(min_trust_ratio, max_trust_ratio):
@@ -203,7 +217,15 @@ class LayerwiseAdaptiveOptimizer(keras.optimizers.Optimizer):
         return
 
     def _backend_apply_gradients(self, grads, trainable_variables):
-        grads = _sum_over_replicas(grads)
+        context = _multi_replica_context()
+        finite = None
+        if context is not None:
+            grads = context.all_reduce("SUM", list(grads))
+            # LossScaleOptimizer checks replica 0's unreduced gradient; the sum is what
+            # every replica applies, so it is the one that must be finite.
+            finite = _all_finite(grads)
+            # Keras's `apply` adds 1 to the micro-step counter after this method returns.
+            self._iterations.assign_sub(ops.cast(ops.logical_not(finite), self._iterations.dtype))
         steps = self.gradient_accumulation_steps
         if steps:
             accumulators = [
@@ -215,17 +237,15 @@ class LayerwiseAdaptiveOptimizer(keras.optimizers.Optimizer):
         grads = self._clip_gradients(grads)
         learning_rate = self.learning_rate
         if not steps:
-            _for_each_variable(
-                self,
-                lambda variable, grad, learning_rate: self.update_step(grad, variable, learning_rate),
-                trainable_variables,
-                [grads],
-                shared=(learning_rate,),
-            )
+
+            def step(variable, grad, learning_rate, finite):
+                _if_finite(finite, lambda: self.update_step(grad, variable, learning_rate))
+
+            _for_each_variable(self, step, trainable_variables, [grads], shared=(learning_rate, finite))
         elif keras.backend.backend() == "jax":
             self._accumulate_without_branches(grads, trainable_variables, learning_rate, totals, is_update_step)
         else:
-            self._accumulate_with_cond(grads, trainable_variables, learning_rate, totals, is_update_step)
+            self._accumulate_with_cond(grads, trainable_variables, learning_rate, totals, is_update_step, finite)
         if self.use_ema:
             self._update_model_variables_moving_average(self._trainable_variables)
             if self.ema_overwrite_frequency:
@@ -235,25 +255,27 @@ class LayerwiseAdaptiveOptimizer(keras.optimizers.Optimizer):
                     lambda: None,
                 )
 
-    def _accumulate_with_cond(self, grads, variables, learning_rate, totals, is_update_step):
+    def _accumulate_with_cond(self, grads, variables, learning_rate, totals, is_update_step, finite):
         # The branch is taken per variable, inside the per-device update function, where a
         # `cond` holds no `merge_call`: this is what lets accumulation run under
         # MirroredStrategy.
         accumulators = [self._accumulated_gradients[self._get_variable_index(v)] for v in variables]
 
-        def step_or_accumulate(variable, grad, total, accumulator, learning_rate, is_update_step):
+        def step_or_accumulate(variable, grad, total, accumulator, learning_rate, is_update_step, finite):
             def update():
                 self.update_step(grad, variable, learning_rate)
                 self.assign(accumulator, ops.zeros_like(total))
 
-            ops.cond(is_update_step, update, lambda: self.assign(accumulator, total))
+            _if_finite(
+                finite, lambda: ops.cond(is_update_step, update, lambda: self.assign(accumulator, total))
+            )
 
         _for_each_variable(
             self,
             step_or_accumulate,
             variables,
             [grads, totals, accumulators],
-            shared=(learning_rate, is_update_step),
+            shared=(learning_rate, is_update_step, finite),
         )
 
     def _accumulate_without_branches(self, grads, variables, learning_rate, totals, is_update_step):
@@ -291,19 +313,40 @@ class LayerwiseAdaptiveOptimizer(keras.optimizers.Optimizer):
         return super().from_config(config, custom_objects=custom_objects)
 
 
-def _sum_over_replicas(grads):
-    """All-reduce (sum) the gradients over replicas when called in a TF replica context.
+def _multi_replica_context():
+    """The TF replica context when each replica holds its own share of the gradient, else None.
 
-    JAX's `DataParallel` and a single device already produce the global-batch gradient.
+    The gradients must then be summed over replicas. JAX's `DataParallel` and a single
+    device already produce the global-batch gradient.
     """
     if keras.backend.backend() != "tensorflow":
-        return grads
+        return None
     import tensorflow as tf
 
     context = tf.distribute.get_replica_context()
     if context is None or context.num_replicas_in_sync == 1:
-        return grads
-    return context.all_reduce(tf.distribute.ReduceOp.SUM, list(grads))
+        return None
+    return context
+
+
+def _all_finite(grads):
+    """True if no (TF) gradient holds an inf or NaN.
+
+    Embedding gradients are `tf.IndexedSlices`: their values are checked without making
+    them dense.
+    """
+    import tensorflow as tf
+
+    values = [g.values if isinstance(g, tf.IndexedSlices) else g for g in grads]
+    return ops.all(ops.stack([ops.all(ops.isfinite(v)) for v in values]))
+
+
+def _if_finite(finite, update):
+    """Run ``update()`` unless ``finite`` is a False tensor; None means no check was needed."""
+    if finite is None:
+        update()
+    else:
+        ops.cond(finite, update, lambda: None)
 
 
 def _for_each_variable(optimizer, fn, variables, columns, shared=()):

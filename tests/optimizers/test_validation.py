@@ -8,6 +8,7 @@ COMMON = [
     ("learning_rate", -1e-3, ValueError, r"learning_rate must be in \[0.0, inf\], got -0.001"),
     ("learning_rate", math.nan, ValueError, r"learning_rate must be in .*got nan"),
     ("learning_rate", math.inf, ValueError, r"learning_rate must be in .*got inf"),
+    ("learning_rate", "6e-3", TypeError, r"learning_rate must be a number >= 0, a LearningRateSchedule.*got '6e-3'"),
     ("weight_decay", -0.1, ValueError, r"weight_decay must be in \[0.0, inf\], got -0.1"),
     ("weight_decay", "0.01", TypeError, r"weight_decay must be a number, got '0.01'"),
     ("epsilon", -1e-6, ValueError, r"epsilon must be in \[0.0, inf\], got -1e-06"),
