@@ -550,31 +550,40 @@ def choose_num_workers(num_workers, num_tokens, dupe_factor, num_tasks):
 
 def _run_tasks(tasks, documents, options, token_ids, num_workers, progress):
     """Runs the tasks, in parallel when ``num_workers > 1``; returns records in task order."""
-    run = _TaskRunner(documents, options, token_ids)
-    records = []
     if num_workers == 1:
-        results = map(run, tasks)
-        pool = None
-    else:
-        # "spawn", not "fork": this process already runs TensorFlow threads, and forking a
-        # multithreaded process can deadlock the child.
-        pool = multiprocessing.get_context("spawn").Pool(num_workers)
-        results = pool.imap(run, tasks)
-    try:
-        for done, task_records in enumerate(results, start=1):
+        run = _TaskRunner(documents, options, token_ids)
+        return _collect(([run(task)] for task in tasks), len(tasks), num_workers, progress)
+    # Pool.imap pickles the callable, corpus included, with every item: sending a few
+    # contiguous groups of tasks instead of single tasks keeps that cost negligible.
+    num_groups = min(len(tasks), 4 * num_workers)
+    bounds = [len(tasks) * group // num_groups for group in range(num_groups + 1)]
+    groups = [tasks[first:last] for first, last in zip(bounds, bounds[1:])]
+    # "spawn", not "fork": this process already runs TensorFlow threads, and forking a
+    # multithreaded process can deadlock the child.
+    with multiprocessing.get_context("spawn").Pool(num_workers) as pool:
+        results = pool.imap(_TaskGroupRunner(documents, options, token_ids), groups)
+        return _collect(results, len(tasks), num_workers, progress)
+
+
+def _collect(results, num_tasks, num_workers, progress):
+    """Concatenates per-task record lists arriving in groups, reporting about 10 times."""
+    records = []
+    done = 0
+    next_report = 0
+    for group_records in results:
+        for task_records in group_records:
             records.extend(task_records)
-            if done % max(1, len(tasks) // 10) == 0 or done == len(tasks):
-                progress(f"created instances: task {done}/{len(tasks)}, "
-                          f"{len(records)} examples so far ({num_workers} worker(s))")
-    finally:
-        if pool is not None:
-            pool.terminate()
+        done += len(group_records)
+        if done >= next_report or done == num_tasks:
+            progress(f"created instances: task {done}/{num_tasks}, "
+                     f"{len(records)} examples so far ({num_workers} worker(s))")
+            next_report = done + max(1, num_tasks // 10)
     return records
 
 
 @dataclasses.dataclass(frozen=True)
 class _TaskRunner:
-    """Picklable callable binding the corpus to ``_run_task`` for ``Pool.imap``."""
+    """Picklable callable binding the corpus to ``_run_task``."""
 
     documents: list
     options: InstanceOptions
@@ -582,6 +591,13 @@ class _TaskRunner:
 
     def __call__(self, task):
         return _run_task(task, self.documents, self.options, self.token_ids)
+
+
+class _TaskGroupRunner(_TaskRunner):
+    """Runs a list of tasks in a worker process; returns one record list per task."""
+
+    def __call__(self, tasks):
+        return [super(_TaskGroupRunner, self).__call__(task) for task in tasks]
 
 
 class _Progress:
