@@ -98,10 +98,16 @@ def make_pretraining_dataset(
         masking = _DynamicMasking.from_vocabulary(
             vocabulary, masked_lm_prob, max_predictions_per_seq
         )
-    feature_names = None
-    for path in files:
+    feature_names = check_record_file(files[0], seq_length, max_predictions_per_seq,
+                                      dynamic_masking)
+    for path in files[1:]:
         names = check_record_file(path, seq_length, max_predictions_per_seq, dynamic_masking)
-        feature_names = feature_names or names
+        # One parser reads every file, so the spellings must agree.
+        if names != feature_names:
+            raise ValueError(
+                f"record file {path!r} names its features {names}, but {files[0]!r} names them "
+                f"{feature_names}; use one spelling for all files"
+            )
     num_pipelines = input_context.num_input_pipelines if input_context else 1
     pipeline_id = input_context.input_pipeline_id if input_context else 0
 

@@ -263,3 +263,13 @@ def test_error_for_empty_file_and_masking_variant_mismatch(tmp_path):
     unmasked, _ = _write_files(tmp_path / "unmasked", num_files=1, per_file=1, masked=False)
     with pytest.raises(ValueError, match="lacks masked_lm_positions.*pass dynamic_masking=True"):
         input_pipeline.make_pretraining_dataset(unmasked, SEQ_LENGTH, MAX_PREDICTIONS, 2)
+
+
+def test_error_when_files_spell_features_differently(tmp_path):
+    rng = np.random.default_rng(0)
+    google = _write(tmp_path / "a.tfrecord", [_hand_record(1, rng)])
+    garden = _write(tmp_path / "b.tfrecord",
+                    [_hand_record(2, rng, names=("input_word_ids", "input_type_ids"))])
+    with pytest.raises(ValueError, match=f"record file '{garden}' names its features "
+                                         r"\('input_word_ids', 'input_type_ids'\)"):
+        input_pipeline.make_pretraining_dataset([google, garden], SEQ_LENGTH, MAX_PREDICTIONS, 2)
