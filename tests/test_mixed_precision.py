@@ -1,0 +1,295 @@
+"""LAMB and LARS under mixed precision (issue: correct at scale).
+
+With `mixed_float16`, `keras.optimizers.LossScaleOptimizer` (LSO) multiplies the loss by a
+dynamic scale and divides the gradients by it. A step whose gradient is not finite must be
+skipped whole: weights, slots, accumulators, recorded trust ratios and the step count stay
+as they were, the scale halves, and the next finite step continues as if the bad one had
+never happened. The references are the NumPy transcriptions run on the finite steps only,
+and the same fit on data without the bad batch.
+
+Scales are powers of two, so scaling and unscaling a float32 gradient is exact and the
+comparisons can be tight.
+"""
+
+import contextlib
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from keras_largebatch import LAMB, LARS
+from tests.optimizers import reference
+
+# reference.SHAPES holds (7,) and (): the default rule excludes them from decay and adaptation.
+DEFAULT_MASK = [True, False, True, False]
+
+CONFIGS = {
+    "LAMB": (
+        lambda **kw: LAMB(learning_rate=1e-2, weight_decay=0.01, record_trust_ratio=True, **kw),
+        lambda weights, steps: reference.lamb(
+            weights, steps, lr=1e-2, wd=0.01, decay_mask=DEFAULT_MASK, adapt_mask=DEFAULT_MASK
+        ),
+    ),
+    "LARS": (
+        # Excluded variables (biases, LayerNorm) step by the full rate: 0.1 keeps the models stable.
+        lambda **kw: LARS(learning_rate=0.1, trust_coefficient=0.1, weight_decay=1e-2, record_trust_ratio=True,
+                          **kw),
+        lambda weights, steps: reference.lars(
+            weights, steps, lr=0.1, eta=0.1, wd=1e-2, decay_mask=DEFAULT_MASK, adapt_mask=DEFAULT_MASK
+        ),
+    ),
+}
+
+INITIAL_SCALE = 2.0**10
+
+
+@contextlib.contextmanager
+def dtype_policy(name):
+    previous = keras.config.dtype_policy()
+    keras.config.set_dtype_policy(name)
+    try:
+        yield
+    finally:
+        keras.config.set_dtype_policy(previous)
+
+
+def optimizer_state(optimizer, variables):
+    """Every value a skipped step must leave alone, by name: weights and the inner optimizer's
+    variables (step count, slots, accumulators, recorded trust ratios)."""
+    state = {f"weight/{v.path}": np.array(v.numpy()) for v in variables}
+    state.update({f"optimizer/{v.path}": np.array(v.numpy()) for v in optimizer.variables})
+    return state
+
+
+def assert_state_equal(actual, expected):
+    assert sorted(actual) == sorted(expected)
+    for key in expected:
+        np.testing.assert_array_equal(actual[key], expected[key], err_msg=key)
+
+
+def micro_batch_means(gradient_steps, k):
+    if k is None:
+        return gradient_steps
+    return [
+        [np.mean([gradient_steps[s * k + j][i] for j in range(k)], axis=0) for i in range(len(gradient_steps[0]))]
+        for s in range(len(gradient_steps) // k)
+    ]
+
+
+def with_non_finite(grads, bad_value):
+    bad = [np.array(g) for g in grads]
+    bad[0].flat[1] = bad_value
+    return bad
+
+
+@pytest.mark.parametrize("bad_value", [np.inf, np.nan])
+@pytest.mark.parametrize("accumulation", [None, 3])
+@pytest.mark.parametrize("name", sorted(CONFIGS))
+def test_direct_apply_skips_a_non_finite_step(name, accumulation, bad_value):
+    # Mixed precision keeps the variables in float32; only the forward pass runs in float16.
+    make_optimizer, run_reference = CONFIGS[name]
+    weights, gradient_steps = reference.make_problem(steps=9 if accumulation else 5, seed=7)
+    # After 4 micro-batches of 3 the accumulators hold one micro-batch: a skip there must
+    # neither add to them nor reset them.
+    bad_at = 4 if accumulation else 2
+    variables = [keras.Variable(w, name=f"w{i}") for i, w in enumerate(weights)]
+    inner = make_optimizer(gradient_accumulation_steps=accumulation)
+    optimizer = keras.optimizers.LossScaleOptimizer(inner, initial_scale=INITIAL_SCALE)
+    optimizer.build(variables)
+
+    def apply(grads):
+        scale = float(optimizer.dynamic_scale.numpy())
+        optimizer.apply([tf.constant(g * scale) for g in grads], variables)
+
+    for grads in gradient_steps[:bad_at]:
+        apply(grads)
+    before = optimizer_state(inner, variables)
+    if accumulation:
+        assert np.any(inner._accumulated_gradients[0].numpy() != 0)
+    apply(with_non_finite(gradient_steps[bad_at], bad_value))
+    assert_state_equal(optimizer_state(inner, variables), before)
+    assert float(optimizer.dynamic_scale.numpy()) == INITIAL_SCALE / 2
+
+    for grads in gradient_steps[bad_at:]:
+        apply(grads)
+    expected, expected_ratios = run_reference(weights, micro_batch_means(gradient_steps, accumulation))
+    for actual, wanted in zip(variables, expected):
+        np.testing.assert_allclose(actual.numpy(), wanted, rtol=1e-5, atol=1e-6)
+    ratios = inner.trust_ratios()
+    np.testing.assert_allclose([ratios[v.path] for v in variables], expected_ratios[-1], rtol=1e-4)
+    assert int(inner.iterations.numpy()) == len(expected_ratios)
+
+
+def regression_data(batches, batch_size, seed=0):
+    rng = np.random.default_rng(seed)
+    features = rng.normal(size=(batches * batch_size, 6)).astype("float32")
+    targets = (features @ rng.normal(size=(6, 2))).astype("float32")
+    return features, targets
+
+
+def build_model():
+    return keras.Sequential(
+        [
+            keras.Input((6,)),
+            keras.layers.Dense(16, activation="tanh", kernel_initializer=keras.initializers.GlorotUniform(1)),
+            keras.layers.LayerNormalization(),
+            keras.layers.Dense(2, kernel_initializer=keras.initializers.GlorotUniform(2)),
+        ]
+    )
+
+
+class RecordState(keras.callbacks.Callback):
+    """Keeps the optimizer state and loss scale after every batch."""
+
+    def __init__(self):
+        super().__init__()
+        self.states = []
+        self.scales = []
+
+    def on_train_batch_end(self, batch, logs=None):
+        optimizer = self.model.optimizer
+        self.states.append(optimizer_state(optimizer.inner_optimizer, self.model.trainable_variables))
+        self.scales.append(float(optimizer.dynamic_scale.numpy()))
+
+
+def fit_mixed_float16(name, features, targets, batch_size, accumulation, initial_scale):
+    make_optimizer, _ = CONFIGS[name]
+    with dtype_policy("mixed_float16"):
+        model = build_model()
+        optimizer = keras.optimizers.LossScaleOptimizer(
+            make_optimizer(gradient_accumulation_steps=accumulation), initial_scale=initial_scale
+        )
+        model.compile(optimizer=optimizer, loss="mse")
+    recorder = RecordState()
+    model.fit(features, targets, batch_size=batch_size, epochs=1, shuffle=False, verbose=0, callbacks=[recorder])
+    return model, recorder
+
+
+@pytest.mark.parametrize("accumulation", [None, 3])
+@pytest.mark.parametrize("name", sorted(CONFIGS))
+def test_fit_skips_the_batch_that_overflows_float16(name, accumulation):
+    batch_size = 8
+    good_batches = 9 if accumulation else 5
+    bad_at = 4 if accumulation else 2
+    features, targets = regression_data(good_batches, batch_size)
+    # 1e6 is beyond float16's 65504: the first layer's input is inf, its gradient NaN.
+    bad_features = features[:batch_size].copy()
+    bad_features[3, 0] = 1e6
+    split = bad_at * batch_size
+    with_bad = (
+        np.concatenate([features[:split], bad_features, features[split:]]),
+        np.concatenate([targets[:split], targets[:batch_size], targets[split:]]),
+    )
+    model, recorder = fit_mixed_float16(name, *with_bad, batch_size, accumulation, INITIAL_SCALE)
+
+    assert_state_equal(recorder.states[bad_at], recorder.states[bad_at - 1])
+    assert recorder.scales[bad_at - 1] == INITIAL_SCALE and recorder.scales[bad_at] == INITIAL_SCALE / 2
+    optimizer_steps = good_batches // (accumulation or 1)
+    assert int(model.optimizer.iterations.numpy()) == optimizer_steps
+
+    # The same data without the bad batch: scaling by a power of two commutes with every
+    # float16 operation short of under- or overflow, so only the skip could tell them apart.
+    clean, _ = fit_mixed_float16(name, features, targets, batch_size, accumulation, INITIAL_SCALE / 2)
+    for actual, expected in zip(model.get_weights(), clean.get_weights()):
+        np.testing.assert_allclose(actual, expected, rtol=1e-6, atol=1e-7)
+    assert not np.allclose(model.get_weights()[0], build_model().get_weights()[0], atol=1e-3)
+
+
+def mirrored_two_cpus():
+    # Collective all-reduce keys its groups per strategy, so in-process strategies of
+    # different sizes would collide; reduction on one device sums the same values.
+    return tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"], cross_device_ops=tf.distribute.ReductionToOneDevice())
+
+
+def per_replica(variable):
+    return [np.array(v.numpy()) for v in variable.value.values]
+
+
+def mirrored_stepper(strategy, optimizer, variables):
+    """A compiled step applying replica r's gradients on replica r, scaled by the loss scale."""
+
+    @tf.function
+    def step(per_replica_grads):
+        def apply(grads):
+            optimizer.apply([g * optimizer.dynamic_scale for g in grads], variables)
+
+        strategy.run(apply, args=(per_replica_grads,))
+
+    def run(replica_grads):
+        step(strategy.experimental_distribute_values_from_function(
+            lambda context: [tf.constant(g) for g in replica_grads[context.replica_id_in_sync_group]]
+        ))
+
+    return run
+
+
+def replica_shares(gradient_steps, seed):
+    """Split each global gradient into two replica shares that sum to it."""
+    rng = np.random.default_rng(seed)
+    shares = []
+    for grads in gradient_steps:
+        first = [(rng.uniform(0.2, 0.8) * g).astype(np.float32) for g in grads]
+        shares.append([first, [g - f for g, f in zip(grads, first)]])
+    return shares, [[a + b for a, b in zip(*pair)] for pair in shares]
+
+
+@pytest.mark.parametrize("bad_replica", [0, 1])
+@pytest.mark.parametrize("name, accumulation", [("LAMB", None), ("LAMB", 3), ("LARS", None)])
+def test_mirrored_skips_a_step_non_finite_on_one_replica_on_all_of_them(name, accumulation, bad_replica):
+    make_optimizer, run_reference = CONFIGS[name]
+    weights, gradient_steps = reference.make_problem(steps=6 if accumulation else 4, seed=8)
+    shares, sums = replica_shares(gradient_steps, seed=9)
+    bad_at = 4 if accumulation else 2
+    strategy = mirrored_two_cpus()
+    with strategy.scope():
+        variables = [keras.Variable(w, name=f"w{i}") for i, w in enumerate(weights)]
+        inner = make_optimizer(gradient_accumulation_steps=accumulation)
+        optimizer = keras.optimizers.LossScaleOptimizer(inner, initial_scale=INITIAL_SCALE)
+        optimizer.build(variables)
+    step = mirrored_stepper(strategy, optimizer, variables)
+
+    def state():
+        return {v.path: per_replica(v) for v in variables + list(inner.variables)}
+
+    for pair in shares[:bad_at]:
+        step(pair)
+    before = state()
+    bad_pair = list(shares[bad_at])
+    bad_pair[bad_replica] = with_non_finite(bad_pair[bad_replica], np.inf)
+    step(bad_pair)
+    after = state()
+    for path, replicas in before.items():
+        for replica in range(2):
+            np.testing.assert_array_equal(after[path][replica], replicas[replica], err_msg=f"{path} {replica}")
+    # LossScaleOptimizer decides from replica 0's own gradient (keras 3.15): it halves the
+    # scale only when replica 0 overflowed. Our optimizers check the summed gradient, so
+    # the update is skipped either way, but the scale stays when only replica 1 overflowed.
+    expected_scale = INITIAL_SCALE / 2 if bad_replica == 0 else INITIAL_SCALE
+    assert per_replica(optimizer.dynamic_scale) == [expected_scale, expected_scale]
+
+    for pair in shares[bad_at:]:
+        step(pair)
+    expected, expected_ratios = run_reference(weights, micro_batch_means(sums, accumulation))
+    for variable, wanted in zip(variables, expected):
+        for value in per_replica(variable):
+            np.testing.assert_allclose(value, wanted, rtol=1e-5, atol=1e-6)
+    ratios = inner.trust_ratios()
+    np.testing.assert_allclose([ratios[v.path] for v in variables], expected_ratios[-1], rtol=1e-4)
+    assert per_replica(inner._iterations) == [len(gradient_steps)] * 2
+
+
+def test_keras_optimizer_applies_a_replica_1_overflow_to_every_replica():
+    # Why the check above lives in our base class: a Keras optimizer under the same
+    # LossScaleOptimizer takes replica 0's "finite" and writes the overflow into every replica.
+    strategy = mirrored_two_cpus()
+    with strategy.scope():
+        variable = keras.Variable(np.ones((3,), np.float32), name="w")
+        optimizer = keras.optimizers.LossScaleOptimizer(keras.optimizers.SGD(0.1), initial_scale=INITIAL_SCALE)
+        optimizer.build([variable])
+    step = mirrored_stepper(strategy, optimizer, [variable])
+    step([[np.ones(3, np.float32)], [np.array([1.0, np.inf, 1.0], np.float32)]])
+    for value in per_replica(variable):
+        # w - lr * (g_0 + g_1), elementwise: the finite entries move, the overflow lands.
+        np.testing.assert_array_equal(value, np.float32([1.0 - 0.1 * 2.0, -np.inf, 1.0 - 0.1 * 2.0]))
+    assert per_replica(optimizer.dynamic_scale) == [INITIAL_SCALE, INITIAL_SCALE]
