@@ -293,3 +293,64 @@ def test_keras_optimizer_applies_a_replica_1_overflow_to_every_replica():
         # w - lr * (g_0 + g_1), elementwise: the finite entries move, the overflow lands.
         np.testing.assert_array_equal(value, np.float32([1.0 - 0.1 * 2.0, -np.inf, 1.0 - 0.1 * 2.0]))
     assert per_replica(optimizer.dynamic_scale) == [INITIAL_SCALE, INITIAL_SCALE]
+
+
+class RecordLAMBState(keras.callbacks.Callback):
+    """Keeps the loss, weights and LAMB slots after every batch."""
+
+    def __init__(self):
+        super().__init__()
+        self.losses, self.weights, self.momentums, self.velocities = [], [], [], []
+
+    def on_train_batch_end(self, batch, logs=None):
+        optimizer = self.model.optimizer
+        self.losses.append(logs["loss"])
+        self.weights.append([np.array(v.numpy()) for v in self.model.trainable_variables])
+        self.momentums.append([np.array(m.numpy()) for m in optimizer._momentums])
+        self.velocities.append([np.array(v.numpy()) for v in optimizer._velocities])
+
+
+@pytest.mark.parametrize("name", sorted(CONFIGS))
+def test_mixed_bfloat16_trains_with_float32_norms_and_slots(name):
+    make_optimizer, _ = CONFIGS[name]
+    features, targets = regression_data(1, 32)
+    with dtype_policy("mixed_bfloat16"):
+        model = build_model()
+        model.compile(optimizer=make_optimizer(), loss="mse")
+    assert model.layers[0].compute_dtype == "bfloat16"
+    recorder = RecordLAMBState() if name == "LAMB" else keras.callbacks.History()
+    history = model.fit(features, targets, batch_size=32, epochs=20, shuffle=False, verbose=0, callbacks=[recorder])
+    losses = history.history["loss"]
+    assert losses[-1] < 0.5 * losses[0], losses
+    optimizer = model.optimizer
+    slots = optimizer._momentums + optimizer._velocities if name == "LAMB" else optimizer._velocities
+    assert {v.dtype for v in model.trainable_variables + slots + optimizer._trust_ratio_records} == {"float32"}
+    if name == "LAMB":
+        assert_last_lamb_trust_ratio_is_float32_accurate(optimizer, model.trainable_variables, recorder)
+
+
+def assert_last_lamb_trust_ratio_is_float32_accurate(optimizer, variables, recorder):
+    # The last step's trust ratio, recomputed in float64 from the weights before it and the
+    # moments after it, agrees to float32 rounding; norms of a bfloat16 update (8 bits of
+    # mantissa) would be off by ~1e-3.
+    step = len(recorder.weights)
+    # The betas enter as float32 constants; 0.999 rounds by 1.3e-8, which 1 - beta_2**20
+    # amplifies to ~6e-6.
+    beta_1, beta_2 = float(np.float32(0.9)), float(np.float32(0.999))
+    c1 = 1.0 / (1.0 - beta_1**step)
+    c2 = 1.0 / np.sqrt(1.0 - beta_2**step)
+    ratios = optimizer.trust_ratios()
+    checked = 0
+    for index, variable in enumerate(variables):
+        if not optimizer._adapts(variable):
+            continue
+        before = recorder.weights[-2][index].astype(np.float64)
+        m = recorder.momentums[-1][index].astype(np.float64)
+        v = recorder.velocities[-1][index].astype(np.float64)
+        update = m * c1 / (np.sqrt(v) * c2 + 1e-6) + 0.01 * before
+        expected = np.linalg.norm(before) / np.linalg.norm(update)
+        np.testing.assert_allclose(ratios[variable.path], expected, rtol=2e-6, err_msg=variable.path)
+        np.testing.assert_allclose(recorder.weights[-1][index], before - 1e-2 * expected * update, rtol=1e-5,
+                                   atol=1e-7, err_msg=variable.path)
+        checked += 1
+    assert checked == 2
