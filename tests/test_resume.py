@@ -1,0 +1,141 @@
+"""Stopping `model.fit` and resuming gives bitwise the uninterrupted run (issue: correct at scale).
+
+The interruption lands in the middle of an accumulation cycle (3 micro-batches per
+optimizer step, stopped after micro-batch 4), so the accumulators, the micro-step counter,
+the schedule's step, the slots and the recorded trust ratios must all come back. Data is
+fed in a fixed order, so the resumed run sees the same batches as the uninterrupted one.
+"""
+
+import keras
+import numpy as np
+import pytest
+
+from keras_largebatch import LAMB, LARS
+
+ACCUMULATION = 3
+BATCH_SIZE = 8
+BATCHES_PER_EPOCH = 4
+EPOCHS = 3
+
+OPTIMIZERS = {
+    "LAMB": lambda: LAMB(
+        learning_rate=keras.optimizers.schedules.PolynomialDecay(1e-2, decay_steps=4, end_learning_rate=1e-3),
+        weight_decay=0.01, record_trust_ratio=True, gradient_accumulation_steps=ACCUMULATION,
+    ),
+    "LARS": lambda: LARS(
+        learning_rate=keras.optimizers.schedules.PolynomialDecay(0.1, decay_steps=4, end_learning_rate=0.01),
+        trust_coefficient=0.1, weight_decay=1e-2, nesterov=True, record_trust_ratio=True,
+        gradient_accumulation_steps=ACCUMULATION,
+    ),
+}
+
+
+class Interrupted(Exception):
+    pass
+
+
+class InterruptAfter(keras.callbacks.Callback):
+    """Raises after ``micro_steps`` batches of the run, as a preempted job would stop."""
+
+    def __init__(self, micro_steps):
+        super().__init__()
+        self.micro_steps = micro_steps
+        self.seen = 0
+
+    def on_train_batch_end(self, batch, logs=None):
+        self.seen += 1
+        if self.seen == self.micro_steps:
+            raise Interrupted(f"stopped after micro-batch {self.seen}")
+
+
+def data():
+    rng = np.random.default_rng(0)
+    features = rng.normal(size=(BATCHES_PER_EPOCH * BATCH_SIZE, 6)).astype("float32")
+    targets = (features @ rng.normal(size=(6, 2))).astype("float32")
+    return features, targets
+
+
+def compiled_model(name):
+    model = keras.Sequential(
+        [
+            keras.Input((6,)),
+            keras.layers.Dense(16, activation="tanh", kernel_initializer=keras.initializers.GlorotUniform(1)),
+            keras.layers.LayerNormalization(),
+            keras.layers.Dense(2, kernel_initializer=keras.initializers.GlorotUniform(2)),
+        ]
+    )
+    model.compile(optimizer=OPTIMIZERS[name](), loss="mse")
+    return model
+
+
+def fit(model, epochs, callbacks=()):
+    features, targets = data()
+    model.fit(features, targets, batch_size=BATCH_SIZE, epochs=epochs, shuffle=False, verbose=0,
+              callbacks=list(callbacks))
+
+
+def state(model):
+    """Weights and every optimizer variable (step counters, slots, accumulators, trust ratios).
+
+    Keyed by position: variable names carry each model instance's own layer names.
+    """
+    values = {f"weight/{i}": np.array(v.numpy()) for i, v in enumerate(model.trainable_variables)}
+    values.update({f"optimizer/{i}": np.array(v.numpy()) for i, v in enumerate(model.optimizer.variables)})
+    return values
+
+
+def assert_bitwise_equal(actual, expected):
+    assert sorted(actual) == sorted(expected)
+    for key in expected:
+        np.testing.assert_array_equal(actual[key], expected[key], err_msg=key)
+
+
+@pytest.fixture(scope="module")
+def uninterrupted():
+    cache = {}
+
+    def result(name):
+        if name not in cache:
+            model = compiled_model(name)
+            fit(model, EPOCHS)
+            cache[name] = state(model)
+        return cache[name]
+
+    return result
+
+
+@pytest.mark.parametrize("name", sorted(OPTIMIZERS))
+def test_backup_and_restore_resumes_mid_accumulation_bitwise(name, uninterrupted, tmp_path):
+    # Keras 3.15's BackupAndRestore restores the epoch only: with save_freq in batches it
+    # would reload mid-epoch weights and replay the epoch from its first batch. So it backs
+    # up at epoch ends, and an epoch of 4 micro-batches ends mid-cycle (4 = 3 + 1).
+    backup = keras.callbacks.BackupAndRestore(str(tmp_path / "backup"))
+    interrupted = compiled_model(name)
+    with pytest.raises(Interrupted):
+        fit(interrupted, EPOCHS, callbacks=[backup, InterruptAfter(BATCHES_PER_EPOCH + 2)])
+    assert int(interrupted.optimizer._iterations.numpy()) == BATCHES_PER_EPOCH + 2
+
+    resumed = compiled_model(name)
+    restore = keras.callbacks.BackupAndRestore(str(tmp_path / "backup"))
+    counter = InterruptAfter(micro_steps=-1)
+    fit(resumed, EPOCHS, callbacks=[restore, counter])
+    # It replayed only epochs 2 and 3 and finished where the uninterrupted run did.
+    assert counter.seen == (EPOCHS - 1) * BATCHES_PER_EPOCH
+    assert_bitwise_equal(state(resumed), uninterrupted(name))
+    assert int(resumed.optimizer.iterations.numpy()) == EPOCHS * BATCHES_PER_EPOCH // ACCUMULATION
+
+
+@pytest.mark.parametrize("name", sorted(OPTIMIZERS))
+def test_save_and_load_model_resume_mid_accumulation_bitwise(name, uninterrupted, tmp_path):
+    interrupted = compiled_model(name)
+    with pytest.raises(Interrupted):
+        fit(interrupted, EPOCHS, callbacks=[InterruptAfter(BATCHES_PER_EPOCH)])
+    # Micro-batch 4 sits in the accumulators, waiting for 5 and 6 (the next epoch's first two).
+    assert any(np.any(a.numpy() != 0) for a in interrupted.optimizer._accumulated_gradients)
+    path = tmp_path / "interrupted.keras"
+    interrupted.save(path)
+
+    loaded = keras.models.load_model(path)
+    assert_bitwise_equal(state(loaded), state(interrupted))
+    fit(loaded, EPOCHS - 1)
+    assert_bitwise_equal(state(loaded), uninterrupted(name))
