@@ -1,0 +1,190 @@
+"""BERT for pretraining: keras-hub's `BertBackbone` with masked-LM and next-sentence heads.
+
+`BertPretrainer` takes the batches of `input_pipeline.make_pretraining_dataset` as they are and
+computes its own loss and metrics, so it is compiled with an optimizer only::
+
+    backbone = bert_backbone("tiny", vocabulary_size=8000)
+    model = BertPretrainer(backbone)
+    model.compile(optimizer=keras_largebatch.LAMB(...))
+    model.fit(dataset, ...)
+"""
+
+import keras
+import keras_hub
+from keras import ops
+
+# google-research/bert's released sizes (REFERENCE.md section 5); intermediate = 4 x hidden.
+MODEL_SIZES = {
+    "tiny": {"num_layers": 2, "hidden_dim": 128, "num_heads": 2},
+    "mini": {"num_layers": 4, "hidden_dim": 256, "num_heads": 4},
+    "small": {"num_layers": 4, "hidden_dim": 512, "num_heads": 8},
+    "medium": {"num_layers": 8, "hidden_dim": 512, "num_heads": 8},
+    "base": {"num_layers": 12, "hidden_dim": 768, "num_heads": 12},
+    "large": {"num_layers": 24, "hidden_dim": 1024, "num_heads": 16},
+}
+FEATURE_NAMES = ("token_ids", "segment_ids", "padding_mask", "mask_positions")
+
+
+def bert_backbone(
+    size,
+    vocabulary_size,
+    max_sequence_length=512,
+    dropout=0.1,
+    num_layers=None,
+    hidden_dim=None,
+    num_heads=None,
+    intermediate_dim=None,
+    dtype=None,
+):
+    """A randomly initialized `keras_hub.models.BertBackbone` of a named size, built offline.
+
+    Args:
+        size: a key of `MODEL_SIZES`.
+        vocabulary_size: rows of the token embedding.
+        max_sequence_length: rows of the position embedding (512 in the released models).
+        dropout: dropout rate.
+        num_layers, hidden_dim, num_heads: replace the size's value when not None.
+        intermediate_dim: feedforward width; None is ``4 * hidden_dim``.
+        dtype: a dtype policy name such as "mixed_bfloat16", or None for the global policy.
+
+    Raises:
+        ValueError: an unknown size.
+    """
+    if size not in MODEL_SIZES:
+        raise ValueError(f"size must be one of {list(MODEL_SIZES)}, got {size!r}")
+    dimensions = MODEL_SIZES[size]
+    hidden_dim = hidden_dim or dimensions["hidden_dim"]
+    return keras_hub.models.BertBackbone(
+        vocabulary_size=vocabulary_size,
+        num_layers=num_layers or dimensions["num_layers"],
+        num_heads=num_heads or dimensions["num_heads"],
+        hidden_dim=hidden_dim,
+        intermediate_dim=intermediate_dim or 4 * hidden_dim,
+        dropout=dropout,
+        max_sequence_length=max_sequence_length,
+        num_segments=2,
+        dtype=dtype,
+    )
+
+
+class BertPretrainer(keras.Model):
+    """BERT with the two pretraining heads and their losses and metrics.
+
+    Inputs: a dict with ``token_ids``, ``segment_ids``, ``padding_mask`` ``[batch, seq_length]``
+    and ``mask_positions`` ``[batch, max_predictions]``. Outputs: a dict with float32 logits
+    ``masked_lm`` ``[batch, max_predictions, vocabulary_size]`` and ``next_sentence``
+    ``[batch, 2]``.
+
+    Heads, as in google-research/bert: the masked-LM head (keras-hub's `MaskedLMHead`) gathers
+    the hidden states at the masked positions, applies dense + gelu + LayerNorm, and projects
+    with the transposed token embedding (tied) plus an output bias; the next-sentence head is a
+    dense layer on the pooled ``[CLS]`` output.
+
+    Loss, with ``w`` the masked-LM weights (0 at padded predictions) and ``v`` the
+    next-sentence weights, summed over the global batch (all replicas)::
+
+        loss = sum(w * CE(masked_lm)) / sum(w) + sum(v * CE(next_sentence)) / sum(v)
+
+    Under a tf.distribute strategy each replica returns its share, its local sums over the
+    global denominators, so that the gradients summed over replicas are those of one device
+    with the global batch (Keras's default divides each replica's mean by the replica count,
+    which equals this only when every replica holds the same number of masked tokens).
+
+    Metrics (reset with the others at each epoch): ``masked_lm_loss``, ``next_sentence_loss``,
+    ``masked_lm_accuracy`` (weighted by ``w``) and ``next_sentence_accuracy``.
+
+    Args:
+        backbone: a `keras_hub.models.BertBackbone`; its dtype policy is used by the heads.
+    """
+
+    def __init__(self, backbone, **kwargs):
+        inputs = {
+            name: keras.Input(shape=(None,), dtype="int32", name=name) for name in FEATURE_NAMES
+        }
+        outputs = backbone({name: inputs[name] for name in FEATURE_NAMES[:3]})
+        initializer = keras.initializers.TruncatedNormal(stddev=0.02)
+        masked_lm_head = keras_hub.layers.MaskedLMHead(
+            vocabulary_size=backbone.vocabulary_size,
+            token_embedding=backbone.token_embedding,
+            intermediate_activation="gelu",
+            kernel_initializer=initializer,
+            dtype=backbone.dtype_policy,
+            name="mlm_head",
+        )
+        next_sentence_head = keras.layers.Dense(
+            2, kernel_initializer=initializer, dtype=backbone.dtype_policy, name="nsp_head"
+        )
+        # Logits in float32 under mixed precision: the softmax over the vocabulary and the loss
+        # lose too much in float16/bfloat16.
+        masked_lm = keras.layers.Activation("linear", dtype="float32", name="masked_lm")(
+            masked_lm_head(outputs["sequence_output"], mask_positions=inputs["mask_positions"])
+        )
+        next_sentence = keras.layers.Activation("linear", dtype="float32", name="next_sentence")(
+            next_sentence_head(outputs["pooled_output"])
+        )
+        super().__init__(
+            inputs=inputs,
+            outputs={"masked_lm": masked_lm, "next_sentence": next_sentence},
+            **kwargs,
+        )
+        self.backbone = backbone
+        self.masked_lm_loss_tracker = keras.metrics.Mean(name="masked_lm_loss")
+        self.next_sentence_loss_tracker = keras.metrics.Mean(name="next_sentence_loss")
+        self.masked_lm_accuracy = keras.metrics.SparseCategoricalAccuracy(
+            name="masked_lm_accuracy"
+        )
+        self.next_sentence_accuracy = keras.metrics.SparseCategoricalAccuracy(
+            name="next_sentence_accuracy"
+        )
+
+    def compute_loss(self, x=None, y=None, y_pred=None, sample_weight=None, training=True):
+        masked_lm_weights = ops.cast(sample_weight["masked_lm"], "float32")
+        next_sentence_weights = ops.cast(sample_weight["next_sentence"], "float32")
+        masked_lm_losses = keras.losses.sparse_categorical_crossentropy(
+            y["masked_lm"], y_pred["masked_lm"], from_logits=True
+        )
+        next_sentence_losses = keras.losses.sparse_categorical_crossentropy(
+            y["next_sentence"], y_pred["next_sentence"], from_logits=True
+        )
+        masked_lm_loss = ops.sum(masked_lm_losses * masked_lm_weights) / _global_sum(
+            masked_lm_weights
+        )
+        next_sentence_loss = ops.sum(
+            next_sentence_losses * next_sentence_weights
+        ) / _global_sum(next_sentence_weights)
+        # The trackers average over replicas; each replica's share times the replica count
+        # averages to the global value.
+        replicas = _num_replicas()
+        self.masked_lm_loss_tracker.update_state(masked_lm_loss * replicas)
+        self.next_sentence_loss_tracker.update_state(next_sentence_loss * replicas)
+        self.masked_lm_accuracy.update_state(
+            y["masked_lm"], y_pred["masked_lm"], sample_weight=masked_lm_weights
+        )
+        self.next_sentence_accuracy.update_state(
+            y["next_sentence"], y_pred["next_sentence"], sample_weight=next_sentence_weights
+        )
+        return masked_lm_loss + next_sentence_loss
+
+
+def _num_replicas():
+    if keras.backend.backend() != "tensorflow":
+        return 1
+    import tensorflow as tf
+
+    context = tf.distribute.get_replica_context()
+    return 1 if context is None else context.num_replicas_in_sync
+
+
+def _global_sum(values):
+    """``sum(values)`` over the global batch: all-reduced over tf.distribute replicas.
+
+    On JAX and PyTorch Keras computes on the global batch already. The denominator is data, not
+    a function of the weights, so no gradient flows through it; it is at least 1e-5 so that a
+    batch without any masked token gives a loss of 0, not NaN (google-research/bert's guard).
+    """
+    total = ops.sum(values)
+    if _num_replicas() > 1:
+        import tensorflow as tf
+
+        total = tf.distribute.get_replica_context().all_reduce(tf.distribute.ReduceOp.SUM, total)
+    return ops.maximum(ops.stop_gradient(total), 1e-5)
