@@ -2,7 +2,6 @@
 
 from keras_largebatch.callbacks import LearningRateLogger, LearningRateWarmup, TrustRatioMonitor
 from keras_largebatch.optimizers import LAMB, LARS
-from keras_largebatch.plot_schedule import plot_schedule
 from keras_largebatch.schedules import (
     LarsMLPerfSchedule,
     LegwScaled,
@@ -27,6 +26,5 @@ __all__ = [
     "WarmUp",
     "WarmupPolynomialDecay",
     "legw_scale",
-    "plot_schedule",
     "scale_learning_rate",
 ]

@@ -129,7 +129,13 @@ def get_strategy(
             )
         )
     if kind == "mirrored":
-        return tf.distribute.MirroredStrategy(devices=devices)
+        # Collective all-reduce gains nothing between CPU devices of one process, and its group
+        # keys restart at 1 for every strategy: a second CPU strategy of another size in the same
+        # process (a notebook, a test session) would join the first one's group and abort.
+        cross_device_ops = None
+        if devices is not None and all("cpu" in str(device).lower() for device in devices):
+            cross_device_ops = tf.distribute.ReductionToOneDevice()
+        return tf.distribute.MirroredStrategy(devices=devices, cross_device_ops=cross_device_ops)
     if kind == "one_device":
         return tf.distribute.OneDeviceStrategy(_single_device(devices))
     return tf.distribute.get_strategy()

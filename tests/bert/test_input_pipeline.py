@@ -130,8 +130,9 @@ def test_input_pipelines_read_disjoint_examples(tmp_path, num_files):
         dataset = input_pipeline.make_pretraining_dataset(
             files, SEQ_LENGTH, MAX_PREDICTIONS, batch_size_per_replica=2, input_context=context,
             seed=1)
-        # 30 batches of 2 is 5 passes over each pipeline's 12 examples.
-        seen.append({int(token) for features, _, _ in dataset.take(30)
+        # 240 batches of 2 is 40 passes over each pipeline's 12 examples: the shuffle mixes
+        # passes, so a few passes could miss an example (at 5 passes, ~6% of runs did).
+        seen.append({int(token) for features, _, _ in dataset.take(240)
                      for token in features["token_ids"][:, 1]})
     assert len(seen[0]) == len(seen[1]) == 12 and not seen[0] & seen[1]
     assert seen[0] | seen[1] == {value["input_ids"][1] for value in expected}
