@@ -187,7 +187,7 @@ class PretrainConfig:
         if not self.phases:
             raise ValueError("phases must hold at least one phase, got []")
         for index, phase in enumerate(self.phases):
-            _check_phase(f"phases.{index}", phase, self.steps_per_execution)
+            _check_phase(f"phases.{index}", phase, self.steps_per_execution, self.log_interval)
         longest = max(phase.seq_length for phase in self.phases)
         if self.model.max_sequence_length is not None and self.model.max_sequence_length < longest:
             raise ValueError(
@@ -197,7 +197,7 @@ class PretrainConfig:
         return self
 
 
-def _check_phase(key, phase, steps_per_execution):
+def _check_phase(key, phase, steps_per_execution, log_interval):
     _check_at_least(f"{key}.seq_length", phase.seq_length, 5)
     if not 1 <= phase.max_predictions_per_seq <= phase.seq_length:
         raise ValueError(
@@ -225,12 +225,17 @@ def _check_phase(key, phase, steps_per_execution):
             f"{key}.global_batch_size={phase.global_batch_size} must be divisible by "
             f"{key}.gradient_accumulation_steps={phase.gradient_accumulation_steps}"
         )
-    micro_steps = phase.steps * phase.gradient_accumulation_steps
-    if micro_steps % steps_per_execution:
-        raise ValueError(
-            f"steps_per_execution={steps_per_execution} must divide {key}.steps x "
-            f"{key}.gradient_accumulation_steps = {micro_steps} (the phase's training calls)"
-        )
+    # One training call runs steps_per_execution micro-batches; Keras would run past the end
+    # of a logging window (and of the phase) that is not a whole number of calls.
+    for steps, what in ((log_interval, "log_interval"),
+                        (phase.steps % log_interval, f"{key}.steps % log_interval")):
+        micro_steps = steps * phase.gradient_accumulation_steps
+        if micro_steps % steps_per_execution:
+            raise ValueError(
+                f"steps_per_execution={steps_per_execution} must divide {what} x "
+                f"{key}.gradient_accumulation_steps = {micro_steps} (training calls of a "
+                "logging window)"
+            )
     if phase.input_files is not None and not phase.input_files:
         raise ValueError(f"{key}.input_files must be null or name at least one pattern, got []")
 

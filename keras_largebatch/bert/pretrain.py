@@ -247,8 +247,6 @@ def _run_phase(config, index, start_step, model, strategy, record_files, run, hi
         optimizer.build(model.trainable_variables)
     if resume_state is not None:
         model.load_weights(resume_state["checkpoint"])
-    dataset = make_phase_dataset(strategy, record_files, phase, config.data, start_step,
-                                 seed=config.data.seed + index)
     log(f"phase {index + 1}/{len(config.phases)}: {phase.steps} steps of "
         f"{phase.global_batch_size} examples at sequence length {phase.seq_length}"
         + (f", from step {start_step}" if start_step else ""))
@@ -257,26 +255,37 @@ def _run_phase(config, index, start_step, model, strategy, record_files, run, hi
     if config.optimizer.name == "lamb":
         phase_callbacks.append(TrustRatioMonitor())
     phase_callbacks.append(loop)
-    model.fit(
-        dataset,
-        epochs=math.ceil(phase.steps / config.log_interval),
-        initial_epoch=start_step // config.log_interval,
-        steps_per_epoch=config.log_interval * phase.gradient_accumulation_steps,
-        callbacks=phase_callbacks + callbacks,
-        verbose=0,
-    )
+    # One Keras epoch is one logging window. Keras cannot end an epoch early without running
+    # past it, so when log_interval does not divide the phase's steps, the last, shorter window
+    # is a second `fit` on a dataset positioned after the full windows.
+    full_windows_end = phase.steps - phase.steps % config.log_interval
+    segments = []
+    if start_step < full_windows_end:
+        segments.append((start_step, full_windows_end, config.log_interval))
+    if full_windows_end < phase.steps:
+        segments.append((full_windows_end, phase.steps, phase.steps - full_windows_end))
+    for first_step, end_step, window in segments:
+        dataset = make_phase_dataset(strategy, record_files, phase, config.data, first_step,
+                                     seed=config.data.seed + index)
+        model.fit(
+            dataset,
+            epochs=(end_step - first_step) // window,
+            steps_per_epoch=window * phase.gradient_accumulation_steps,
+            callbacks=phase_callbacks + callbacks,
+            shuffle=False,
+            verbose=0,
+        )
     if loop.step != phase.steps:
         raise RuntimeError(
             f"phase {index + 1} stopped at step {loop.step} of {phase.steps}: a callback stopped "
-            "training early; the newest checkpoint is in " + run.checkpoint_dir
+            f"training early; the newest checkpoint is in {run.checkpoint_dir}"
         )
     history.end_phase(index, phase)
 
 
 class _PhaseLoop(keras.callbacks.Callback):
-    """Drives one phase's `fit`: stops it at the phase's last step, and at the end of each
-    logging window prints a progress line, writes TensorBoard scalars and, every
-    ``checkpoint_interval`` steps and at the phase's end, a checkpoint.
+    """At the end of each logging window of a phase: prints a progress line, writes TensorBoard
+    scalars and, every ``checkpoint_interval`` steps and at the phase's end, a checkpoint.
 
     One Keras epoch is one logging window, so the metrics Keras resets at each epoch are the
     window's means.
@@ -301,10 +310,6 @@ class _PhaseLoop(keras.callbacks.Callback):
     def on_epoch_begin(self, epoch, logs=None):
         self._window_start = time.perf_counter()
         self._window_first_step = self._optimizer_step()
-
-    def on_train_batch_end(self, batch, logs=None):
-        if self._optimizer_step() >= self.phase.steps:
-            self.model.stop_training = True
 
     def on_epoch_end(self, epoch, logs=None):
         self.step = self._optimizer_step()

@@ -1,0 +1,145 @@
+"""Pretraining config: defaults, YAML files, key=value overrides and their errors."""
+
+import dataclasses
+import glob
+import inspect
+import os
+import typing
+
+import pytest
+
+from keras_largebatch.bert import config as config_lib
+
+REPOSITORY = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def test_defaults_are_the_default_job():
+    config = config_lib.load_config()
+    assert config.model.size == "tiny"
+    assert config.model.dimensions() == (2, 128, 2, 512)
+    assert config.optimizer.name == "lamb"
+    assert config.optimizer.weight_decay == 0.01
+    assert len(config.phases) == 1 and config.phases[0].seq_length == 128
+    assert config.output_dir == "runs/bert_tiny_lamb"
+
+
+def test_every_field_has_a_default_and_a_meaning():
+    for cls in (config_lib.PretrainConfig, config_lib.ModelConfig, config_lib.PhaseConfig,
+                config_lib.OptimizerConfig, config_lib.DataConfig, config_lib.StrategyConfig):
+        cls()  # constructs with no arguments: every field has a default
+        lines = inspect.getsource(cls).splitlines()
+        names = [field.name for field in dataclasses.fields(cls)]
+        starts = [next(i for i, line in enumerate(lines) if line.strip().startswith(f"{name}:"))
+                  for name in names]
+        for name, first, last in zip(names, starts, starts[1:] + [len(lines)]):
+            if dataclasses.is_dataclass(typing.get_type_hints(cls)[name]) or name == "phases":
+                continue  # a section, documented by its own class docstring
+            assert any("#" in line for line in lines[first:last]), f"{cls.__name__}.{name}"
+
+
+def test_yaml_round_trip_and_string_numbers(tmp_path):
+    path = tmp_path / "run.yaml"
+    path.write_text(
+        "model:\n  size: mini\n"
+        "phases:\n"
+        "  - {seq_length: 128, global_batch_size: 64, steps: 100, peak_learning_rate: 6e-3,"
+        " warmup_steps: 10}\n"
+        "  - {seq_length: 512, max_predictions_per_seq: 80, global_batch_size: 32, steps: 20,"
+        " peak_learning_rate: 4.0e-3, warmup_steps: 2, power: 0.5}\n"
+        "optimizer:\n  weight_decay: 1e-2\n"
+    )
+    config = config_lib.load_config(str(path))
+    # PyYAML reads 6e-3 and 1e-2 (no decimal point) as strings; numeric fields take them.
+    assert config.phases[0].peak_learning_rate == 0.006
+    assert config.optimizer.weight_decay == 0.01
+    assert config.phases[1].max_predictions_per_seq == 80
+    assert config.model.size == "mini"
+    reloaded_path = tmp_path / "again.yaml"
+    reloaded_path.write_text(config.to_yaml())
+    assert config_lib.load_config(str(reloaded_path)) == config
+
+
+def test_overrides_reach_nested_fields_and_list_items():
+    config = config_lib.load_config(overrides=[
+        "model.size=mini", "phases.0.steps=100", "phases.0.warmup_steps=5",
+        "optimizer.global_clipnorm=null", "optimizer.exclude_from_weight_decay=[bias]",
+        "mixed_precision=mixed_bfloat16", "strategy.devices=['/cpu:0', '/cpu:1']",
+        "phases.0.peak_learning_rate=1e-3",
+    ])
+    assert config.model.size == "mini"
+    assert config.phases[0].steps == 100 and config.phases[0].warmup_steps == 5
+    assert config.phases[0].peak_learning_rate == 0.001
+    assert config.optimizer.global_clipnorm is None
+    assert config.optimizer.exclude_from_weight_decay == ["bias"]
+    assert config.mixed_precision == "mixed_bfloat16"
+    assert config.strategy.devices == ["/cpu:0", "/cpu:1"]
+
+
+def test_whole_phase_list_override():
+    config = config_lib.load_config(overrides=[
+        "phases=[{steps: 10, warmup_steps: 1}, {seq_length: 64, steps: 10, warmup_steps: 1}]"
+    ])
+    assert [phase.seq_length for phase in config.phases] == [128, 64]
+    assert config.phases[1].global_batch_size == config_lib.PhaseConfig().global_batch_size
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (["learning_rate=0.1"], r"unknown config key 'learning_rate'.*valid keys.*'phases'"),
+    (["optimizer.lr=0.1"], r"unknown config key 'optimizer.lr'.*'weight_decay'"),
+    (["phases.3.steps=10"], r"'3' must be a list index in \[0, 1\)"),
+    (["optimizer.weight_decay=abc"], r"optimizer.weight_decay must be a number, got 'abc'"),
+    (["phases.0.steps=12.5"], r"phases.0.steps must be an integer, got 12.5"),
+    (["data.deterministic=maybe"], r"data.deterministic must be true or false, got 'maybe'"),
+    (["model.size=huge"], r"model.size must be one of \['tiny', 'mini', 'small', 'medium', "
+                          r"'base', 'large'\], got 'huge'"),
+    (["phases.0.gradient_accumulation_steps=0"],
+     r"phases.0.gradient_accumulation_steps must be >= 1, got 0"),
+    (["phases.0.max_predictions_per_seq=200"],
+     r"phases.0.max_predictions_per_seq must be in \[1, phases.0.seq_length=128\], got 200"),
+    (["phases.0.warmup_steps=600"], r"phases.0.warmup_steps must be < phases.0.steps=600"),
+    (["mixed_precision=float16"], r"mixed_precision must be one of .*got 'float16'"),
+    (["optimizer.name=sgd"], r"optimizer.name must be one of \['lamb', 'adamw'\], got 'sgd'"),
+    (["strategy.name=gpu"], r"strategy.name must be one of .*got 'gpu'"),
+    (["checkpoint_interval=30"], r"checkpoint_interval must be a multiple of log_interval=20"),
+    (["phases.0.gradient_accumulation_steps=3"],
+     r"global_batch_size=128 must be divisible by phases.0.gradient_accumulation_steps=3"),
+    (["steps_per_execution=7"], r"steps_per_execution=7 must divide log_interval x .* = 20"),
+    (["model.max_sequence_length=64"], r"model.max_sequence_length must be >= .* got 64"),
+    (["model.hidden_dim=101"], r"model.hidden_dim=101 must be divisible by model.num_heads=2"),
+    (["model.size"], r"an override must look like key=value"),
+    (["phases.0.steps=[1"], r"override 'phases.0.steps=\[1': the value is not valid YAML"),
+])
+def test_bad_overrides_name_the_key_and_value(overrides, message):
+    with pytest.raises(ValueError, match=message):
+        config_lib.load_config(overrides=overrides)
+
+
+def test_unknown_key_in_a_file(tmp_path):
+    path = tmp_path / "run.yaml"
+    path.write_text("model:\n  sise: mini\n")
+    with pytest.raises(ValueError, match=r"unknown config key model.sise; valid keys: .*'size'"):
+        config_lib.load_config(str(path))
+    path.write_text("- just a list\n")
+    with pytest.raises(ValueError, match="must hold a YAML mapping"):
+        config_lib.load_config(str(path))
+
+
+def test_tpu_configs_hold_the_published_recipes():
+    """The recipes of REFERENCE.md section 4, transcribed by hand here."""
+    configs = {os.path.basename(path): config_lib.load_config(path)
+               for path in glob.glob(os.path.join(REPOSITORY, "tpu_configs", "*.yaml"))}
+    nvidia = configs["bert_large_lamb_nvidia.yaml"]
+    assert nvidia.model.size == "large"
+    assert [(p.seq_length, p.global_batch_size, p.steps, p.peak_learning_rate, p.warmup_steps,
+             p.power) for p in nvidia.phases] == [
+        (128, 65536, 7038, 6e-3, 2000, 0.5), (512, 32768, 1563, 4e-3, 200, 0.5)]
+    assert nvidia.optimizer.global_clipnorm == 1.0
+    mixed = configs["bert_large_lamb_64k_32k.yaml"]
+    assert [(p.seq_length, p.global_batch_size) for p in mixed.phases] == [(128, 65536),
+                                                                          (512, 32768)]
+    assert sum(p.steps for p in mixed.phases) == 8599
+    for config in configs.values():
+        assert config.strategy.name == "tpu"
+        assert config.mixed_precision == "mixed_bfloat16"
+        assert config.model.max_sequence_length in (None, 512)
+        assert config.optimizer.weight_decay == 0.01
