@@ -139,3 +139,31 @@ def test_save_and_load_model_resume_mid_accumulation_bitwise(name, uninterrupted
     assert_bitwise_equal(state(loaded), state(interrupted))
     fit(loaded, EPOCHS - 1)
     assert_bitwise_equal(state(loaded), uninterrupted(name))
+
+
+def unknown_length_dataset():
+    import tensorflow as tf
+
+    features, targets = data()
+    # `filter` hides the length, as TFRecord pipelines do: fit then ends each epoch when the
+    # iterator runs dry, after one more (failing) call of its train function.
+    dataset = tf.data.Dataset.from_tensor_slices((features, targets)).batch(BATCH_SIZE).filter(lambda x, y: True)
+    assert int(dataset.cardinality()) == tf.data.UNKNOWN_CARDINALITY
+    return dataset
+
+
+@pytest.mark.parametrize("name", sorted(OPTIMIZERS))
+def test_epochs_ending_on_exhausted_data_count_no_extra_step(name, uninterrupted):
+    model = compiled_model(name)
+    model.fit(unknown_length_dataset(), epochs=EPOCHS, shuffle=False, verbose=0)
+    assert_bitwise_equal(state(model), uninterrupted(name))
+
+
+def test_keras_sgd_counts_an_extra_step_per_epoch_ending_on_exhausted_data():
+    # What the base class guards against: Keras's counter increment does not wait for the
+    # batch, so the failing call at each epoch's end still counts a micro-step.
+    model = compiled_model("LARS")
+    model.compile(optimizer=keras.optimizers.SGD(0.1, momentum=0.9, gradient_accumulation_steps=ACCUMULATION),
+                  loss="mse")
+    model.fit(unknown_length_dataset(), epochs=EPOCHS, shuffle=False, verbose=0)
+    assert int(model.optimizer._iterations.numpy()) == EPOCHS * (BATCHES_PER_EPOCH + 1)

@@ -226,6 +226,7 @@ class LayerwiseAdaptiveOptimizer(keras.optimizers.Optimizer):
             finite = _all_finite(grads)
             # Keras's `apply` adds 1 to the micro-step counter after this method returns.
             self._iterations.assign_sub(ops.cast(ops.logical_not(finite), self._iterations.dtype))
+        micro_step = _read_after_gradients(self._iterations, grads)
         steps = self.gradient_accumulation_steps
         if steps:
             accumulators = [
@@ -233,7 +234,7 @@ class LayerwiseAdaptiveOptimizer(keras.optimizers.Optimizer):
             ]
             totals = [ops.add(a, ops.cast(g, a.dtype)) for a, g in zip(accumulators, grads)]
             grads = [ops.divide(t, steps) for t in totals]
-            is_update_step = ops.equal((self._iterations + 1) % steps, 0)
+            is_update_step = ops.equal((micro_step + 1) % steps, 0)
         grads = self._clip_gradients(grads)
         learning_rate = self.learning_rate
         if not steps:
@@ -339,6 +340,27 @@ def _all_finite(grads):
 
     values = [g.values if isinstance(g, tf.IndexedSlices) else g for g in grads]
     return ops.all(ops.stack([ops.all(ops.isfinite(v)) for v in values]))
+
+
+def _read_after_gradients(counter, grads):
+    """The value of the micro-step ``counter``, read once the gradients exist.
+
+    `fit` ends an epoch over data of unknown length (e.g. filtered TFRecords) by calling its
+    train function on the exhausted iterator, whose `get_next` fails. Inside that
+    `tf.function`, ops that do not depend on the batch could still run first: Keras's
+    increment of this counter (one extra micro-step per epoch for LARS and for LAMB without
+    bias correction, as for Keras's own SGD) and, on an update micro-step, the accumulator
+    reset to zeros. Automatic control dependencies run the later increment after this read,
+    and the accumulation `cond`s take their branch from it, so both now wait for the batch.
+    Eager execution and JAX run in order anyway.
+    """
+    if keras.backend.backend() != "tensorflow":
+        return counter
+    import tensorflow as tf
+
+    values = [g.values if isinstance(g, tf.IndexedSlices) else g for g in grads]
+    with tf.control_dependencies(values):
+        return counter.value.read_value()
 
 
 def _if_finite(finite, update):
