@@ -7,6 +7,11 @@ as they were, the scale halves, and the next finite step continues as if the bad
 never happened. The references are the NumPy transcriptions run on the finite steps only,
 and the same fit on data without the bad batch.
 
+On 2 mirrored replicas LSO decides from replica 0's own gradient (keras 3.15); our base
+class checks the summed gradient, so an overflow on replica 1 alone is skipped too, though
+LSO then keeps its scale. `mixed_bfloat16` needs no loss scale: there the point is that
+norms, slots and trust ratios stay float32.
+
 Scales are powers of two, so scaling and unscaling a float32 gradient is exact and the
 comparisons can be tight.
 """
@@ -153,9 +158,11 @@ class RecordState(keras.callbacks.Callback):
         self.scales.append(float(optimizer.dynamic_scale.numpy()))
 
 
-def fit_mixed_float16(name, features, targets, batch_size, accumulation, initial_scale):
+def fit_mixed_float16(name, features, targets, batch_size, accumulation, initial_scale,
+                      strategy=None):
     make_optimizer, _ = CONFIGS[name]
-    with dtype_policy("mixed_float16"):
+    strategy = strategy or tf.distribute.get_strategy()
+    with dtype_policy("mixed_float16"), strategy.scope():
         model = build_model()
         optimizer = keras.optimizers.LossScaleOptimizer(
             make_optimizer(gradient_accumulation_steps=accumulation), initial_scale=initial_scale
@@ -166,6 +173,18 @@ def fit_mixed_float16(name, features, targets, batch_size, accumulation, initial
     return model, recorder
 
 
+def insert_overflowing_batch(features, targets, batch_size, at, row):
+    """The data with one more batch at position ``at`` whose row ``row`` overflows float16."""
+    # 1e6 is beyond float16's 65504: the first layer's input is inf, its gradient NaN.
+    bad_features = features[:batch_size].copy()
+    bad_features[row, 0] = 1e6
+    split = at * batch_size
+    return (
+        np.concatenate([features[:split], bad_features, features[split:]]),
+        np.concatenate([targets[:split], targets[:batch_size], targets[split:]]),
+    )
+
+
 @pytest.mark.parametrize("accumulation", [None, 3])
 @pytest.mark.parametrize("name", sorted(CONFIGS))
 def test_fit_skips_the_batch_that_overflows_float16(name, accumulation):
@@ -173,14 +192,7 @@ def test_fit_skips_the_batch_that_overflows_float16(name, accumulation):
     good_batches = 9 if accumulation else 5
     bad_at = 4 if accumulation else 2
     features, targets = regression_data(good_batches, batch_size)
-    # 1e6 is beyond float16's 65504: the first layer's input is inf, its gradient NaN.
-    bad_features = features[:batch_size].copy()
-    bad_features[3, 0] = 1e6
-    split = bad_at * batch_size
-    with_bad = (
-        np.concatenate([features[:split], bad_features, features[split:]]),
-        np.concatenate([targets[:split], targets[:batch_size], targets[split:]]),
-    )
+    with_bad = insert_overflowing_batch(features, targets, batch_size, bad_at, row=3)
     model, recorder = fit_mixed_float16(name, *with_bad, batch_size, accumulation, INITIAL_SCALE)
 
     assert_state_equal(recorder.states[bad_at], recorder.states[bad_at - 1])
@@ -277,6 +289,25 @@ def test_mirrored_skips_a_step_non_finite_on_one_replica_on_all_of_them(name, ac
     ratios = inner.trust_ratios()
     np.testing.assert_allclose([ratios[v.path] for v in variables], expected_ratios[-1], rtol=1e-4)
     assert per_replica(inner._iterations) == [len(gradient_steps)] * 2
+
+
+@pytest.mark.parametrize("bad_replica", [0, 1])
+def test_mirrored_fit_skips_a_batch_that_overflows_on_one_replica(bad_replica):
+    # Each replica gets one half of the global batch of 16, in order.
+    batch_size, good_batches, bad_at, accumulation = 16, 6, 4, 3
+    features, targets = regression_data(good_batches, batch_size)
+    with_bad = insert_overflowing_batch(features, targets, batch_size, bad_at, row=3 + 8 * bad_replica)
+    model, recorder = fit_mixed_float16("LAMB", *with_bad, batch_size, accumulation, INITIAL_SCALE,
+                                        strategy=mirrored_two_cpus())
+    assert_state_equal(recorder.states[bad_at], recorder.states[bad_at - 1])
+    scale_after = INITIAL_SCALE / 2 if bad_replica == 0 else INITIAL_SCALE
+    assert recorder.scales[bad_at:] == [scale_after] * (len(recorder.scales) - bad_at)
+    assert int(model.optimizer.iterations.numpy()) == good_batches // accumulation
+
+    clean, _ = fit_mixed_float16("LAMB", features, targets, batch_size, accumulation, scale_after,
+                                 strategy=mirrored_two_cpus())
+    for actual, expected in zip(model.get_weights(), clean.get_weights()):
+        np.testing.assert_allclose(actual, expected, rtol=1e-6, atol=1e-7)
 
 
 def test_keras_optimizer_applies_a_replica_1_overflow_to_every_replica():
