@@ -38,8 +38,9 @@ CONFIGS = {
     ),
     "LARS": (
         # Excluded variables (biases, LayerNorm) step by the full rate: 0.1 keeps the models stable.
-        lambda **kw: LARS(learning_rate=0.1, trust_coefficient=0.1, weight_decay=1e-2, record_trust_ratio=True,
-                          **kw),
+        lambda **kw: LARS(
+            learning_rate=0.1, trust_coefficient=0.1, weight_decay=1e-2, record_trust_ratio=True, **kw
+        ),
         lambda weights, steps: reference.lars(
             weights, steps, lr=0.1, eta=0.1, wd=1e-2, decay_mask=DEFAULT_MASK, adapt_mask=DEFAULT_MASK
         ),
@@ -77,7 +78,8 @@ def micro_batch_means(gradient_steps, k):
     if k is None:
         return gradient_steps
     return [
-        [np.mean([gradient_steps[s * k + j][i] for j in range(k)], axis=0) for i in range(len(gradient_steps[0]))]
+        [np.mean([gradient_steps[s * k + j][i] for j in range(k)], axis=0)
+         for i in range(len(gradient_steps[0]))]
         for s in range(len(gradient_steps) // k)
     ]
 
@@ -169,7 +171,8 @@ def fit_mixed_float16(name, features, targets, batch_size, accumulation, initial
         )
         model.compile(optimizer=optimizer, loss="mse")
     recorder = RecordState()
-    model.fit(features, targets, batch_size=batch_size, epochs=1, shuffle=False, verbose=0, callbacks=[recorder])
+    model.fit(features, targets, batch_size=batch_size, epochs=1, shuffle=False, verbose=0,
+              callbacks=[recorder])
     return model, recorder
 
 
@@ -211,7 +214,9 @@ def test_fit_skips_the_batch_that_overflows_float16(name, accumulation):
 def mirrored_two_cpus():
     # Collective all-reduce keys its groups per strategy, so in-process strategies of
     # different sizes would collide; reduction on one device sums the same values.
-    return tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"], cross_device_ops=tf.distribute.ReductionToOneDevice())
+    return tf.distribute.MirroredStrategy(
+        ["/cpu:0", "/cpu:1"], cross_device_ops=tf.distribute.ReductionToOneDevice()
+    )
 
 
 def per_replica(variable):
@@ -273,7 +278,8 @@ def test_mirrored_skips_a_step_non_finite_on_one_replica_on_all_of_them(name, ac
     after = state()
     for path, replicas in before.items():
         for replica in range(2):
-            np.testing.assert_array_equal(after[path][replica], replicas[replica], err_msg=f"{path} {replica}")
+            np.testing.assert_array_equal(after[path][replica], replicas[replica],
+                                          err_msg=f"{path} replica {replica}")
     # LossScaleOptimizer decides from replica 0's own gradient (keras 3.15): it halves the
     # scale only when replica 0 overflowed. Our optimizers check the summed gradient, so
     # the update is skipped either way, but the scale stays when only replica 1 overflowed.
@@ -316,7 +322,9 @@ def test_keras_optimizer_applies_a_replica_1_overflow_to_every_replica():
     strategy = mirrored_two_cpus()
     with strategy.scope():
         variable = keras.Variable(np.ones((3,), np.float32), name="w")
-        optimizer = keras.optimizers.LossScaleOptimizer(keras.optimizers.SGD(0.1), initial_scale=INITIAL_SCALE)
+        optimizer = keras.optimizers.LossScaleOptimizer(
+            keras.optimizers.SGD(0.1), initial_scale=INITIAL_SCALE
+        )
         optimizer.build([variable])
     step = mirrored_stepper(strategy, optimizer, [variable])
     step([[np.ones(3, np.float32)], [np.array([1.0, np.inf, 1.0], np.float32)]])
@@ -350,12 +358,14 @@ def test_mixed_bfloat16_trains_with_float32_norms_and_slots(name):
         model.compile(optimizer=make_optimizer(), loss="mse")
     assert model.layers[0].compute_dtype == "bfloat16"
     recorder = RecordLAMBState() if name == "LAMB" else keras.callbacks.History()
-    history = model.fit(features, targets, batch_size=32, epochs=20, shuffle=False, verbose=0, callbacks=[recorder])
+    history = model.fit(features, targets, batch_size=32, epochs=20, shuffle=False, verbose=0,
+                        callbacks=[recorder])
     losses = history.history["loss"]
     assert losses[-1] < 0.5 * losses[0], losses
     optimizer = model.optimizer
     slots = optimizer._momentums + optimizer._velocities if name == "LAMB" else optimizer._velocities
-    assert {v.dtype for v in model.trainable_variables + slots + optimizer._trust_ratio_records} == {"float32"}
+    dtypes = {v.dtype for v in model.trainable_variables + slots + optimizer._trust_ratio_records}
+    assert dtypes == {"float32"}
     if name == "LAMB":
         assert_last_lamb_trust_ratio_is_float32_accurate(optimizer, model.trainable_variables, recorder)
 
