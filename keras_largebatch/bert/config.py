@@ -186,6 +186,17 @@ class PretrainConfig:
             )
         if not self.phases:
             raise ValueError("phases must hold at least one phase, got []")
+        if self.optimizer.name == "adamw":
+            for index, phase in enumerate(self.phases):
+                if phase.gradient_accumulation_steps > 1:
+                    # Keras's optimizers evaluate the schedule at the micro-batch counter, so
+                    # AdamW's warmup and decay would run gradient_accumulation_steps times
+                    # too fast; keras_largebatch.LAMB counts optimizer steps.
+                    raise ValueError(
+                        f"phases.{index}.gradient_accumulation_steps="
+                        f"{phase.gradient_accumulation_steps} needs optimizer.name='lamb'; "
+                        "Keras's AdamW advances its learning-rate schedule per micro-batch"
+                    )
         for index, phase in enumerate(self.phases):
             _check_phase(f"phases.{index}", phase, self.steps_per_execution, self.log_interval)
         longest = max(phase.seq_length for phase in self.phases)

@@ -106,6 +106,8 @@ def test_whole_phase_list_override():
     (["steps_per_execution=7"], r"steps_per_execution=7 must divide log_interval x .* = 20"),
     (["model.max_sequence_length=64"], r"model.max_sequence_length must be >= .* got 64"),
     (["model.hidden_dim=101"], r"model.hidden_dim=101 must be divisible by model.num_heads=2"),
+    (["optimizer.name=adamw", "phases.0.gradient_accumulation_steps=2"],
+     r"phases.0.gradient_accumulation_steps=2 needs optimizer.name='lamb'"),
     (["model.size"], r"an override must look like key=value"),
     (["phases.0.steps=[1"], r"override 'phases.0.steps=\[1': the value is not valid YAML"),
 ])

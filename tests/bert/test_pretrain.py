@@ -1,0 +1,278 @@
+"""The pretraining run: replicas, accumulation, resume after interruption, and bad inputs.
+
+Every run is a tiny BERT (1 layer, hidden 16) on synthetic records written by hand, so a run
+takes a few seconds. Weights are compared through the checkpoint files the runs write.
+"""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import h5py
+import numpy as np
+import pytest
+
+from keras_largebatch.bert import config as config_lib
+from keras_largebatch.bert import pretrain as pretrain_lib
+from tests.support.bert_records import write_records
+
+REPOSITORY = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+@pytest.fixture(scope="module")
+def records(tmp_path_factory):
+    directory = tmp_path_factory.mktemp("records")
+    return {
+        "varied": write_records(directory / "varied.tfrecord", 256, seed=1),
+        "full": write_records(directory / "full.tfrecord", 256, seed=2, full_masks=True),
+        "missing": write_records(directory / "missing.tfrecord", 4, drop="masked_lm_ids"),
+        "short": write_records(directory / "short.tfrecord", 4, lengths={"input_ids": 15}),
+    }
+
+
+def _config(output_dir, record_file, *overrides):
+    """Two phases of 6 steps on one record file; checkpoints every 4 steps, windows of 2."""
+    phase = ("{seq_length: 16, max_predictions_per_seq: 4, global_batch_size: %d, steps: 6, "
+             "warmup_steps: 1, peak_learning_rate: 1.0e-2, input_files: ['%s']}")
+    return config_lib.load_config(overrides=[
+        f"output_dir={output_dir}",
+        "model.num_layers=1", "model.hidden_dim=16", "model.num_heads=2",
+        "model.vocabulary_size=64", "model.dropout=0.0",
+        f"phases=[{phase % (8, record_file)}, {phase % (4, record_file)}]",
+        "log_interval=2", "checkpoint_interval=4", "strategy.name=default",
+        *overrides,
+    ])
+
+
+def _weights(summary):
+    """Every array of the final checkpoint: model weights and optimizer state."""
+    arrays = {}
+    with h5py.File(summary["checkpoint"], "r") as file:
+        file.visititems(lambda name, item: arrays.__setitem__(name, item[()])
+                        if isinstance(item, h5py.Dataset) else None)
+    return arrays
+
+
+class _Interrupt(Exception):
+    pass
+
+
+class _InterruptAfter:
+    """A Keras callback that raises after ``batches`` training calls, like a preemption."""
+
+    def __new__(cls, batches):
+        import keras
+
+        class Callback(keras.callbacks.Callback):
+            seen = 0
+
+            def on_train_batch_end(self, batch, logs=None):
+                Callback.seen += 1
+                if Callback.seen == batches:
+                    raise _Interrupt(f"interrupted after {batches} steps")
+
+        return Callback()
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory, records):
+    output_dir = tmp_path_factory.mktemp("uninterrupted")
+    config = _config(output_dir, records["varied"])
+    return config, pretrain_lib.pretrain(config, log=lambda line: None)
+
+
+def test_run_reports_steps_throughput_and_metrics(uninterrupted):
+    config, summary = uninterrupted
+    assert summary["global_steps"] == 12
+    assert [phase["steps"] for phase in summary["phases"]] == [6, 6]
+    assert summary["examples_per_second"] > 0
+    for key in pretrain_lib.REPORTED_METRICS:
+        assert np.isfinite(summary["initial"][key]) and np.isfinite(summary["final"][key])
+    with open(os.path.join(config.output_dir, "summary.json")) as stream:
+        assert json.load(stream) == summary
+    # Keeps the newest 2 checkpoints: global steps 10 (phase 2, step 4) and 12 (the end).
+    assert sorted(os.listdir(os.path.join(config.output_dir, "checkpoints"))) == [
+        "ckpt-000000010.weights.h5", "ckpt-000000012.weights.h5", "state.json"]
+    assert os.listdir(os.path.join(config.output_dir, "logs"))
+
+
+def test_resume_after_interruptions_equals_uninterrupted_run(tmp_path, records, uninterrupted):
+    _, expected = uninterrupted
+    config = _config(tmp_path, records["varied"])
+    lines = []
+    # Stopped at phase 1, step 5: the checkpoint of step 4 is the newest.
+    with pytest.raises(_Interrupt):
+        pretrain_lib.pretrain(config, callbacks=[_InterruptAfter(5)], log=lines.append)
+    # Resumes at phase 1, step 4; stopped at phase 2, step 3: phase 1's end is the newest.
+    with pytest.raises(_Interrupt):
+        pretrain_lib.pretrain(config, callbacks=[_InterruptAfter(5)], log=lines.append)
+    assert any("resuming from" in line and "phase 1, step 4" in line for line in lines)
+    # Resumes at the start of phase 2 from phase 1's weights, with a fresh optimizer.
+    summary = pretrain_lib.pretrain(config, log=lines.append)
+    assert any("phase 2, step 0 (global step 6)" in line for line in lines)
+    assert summary["global_steps"] == 12 and summary["resumed_from_step"] == 6
+    assert summary["initial"] == expected["initial"]
+    resumed, reference = _weights(summary), _weights(expected)
+    assert resumed.keys() == reference.keys()
+    for name in reference:
+        np.testing.assert_array_equal(resumed[name], reference[name], err_msg=name)
+
+
+def test_killed_process_resumes(tmp_path, records, uninterrupted):
+    _, expected = uninterrupted
+    command = [sys.executable, "-m", "keras_largebatch.bert.pretrain"] + [
+        f"{key}={value}" for key, value in _flatten(_config(tmp_path, records["varied"]))]
+    environment = dict(os.environ, PYTHONPATH=REPOSITORY)
+    process = subprocess.Popen(command, env=environment, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL)
+    state_path = tmp_path / "checkpoints" / "state.json"
+    deadline = time.time() + 120
+    while not state_path.exists() and time.time() < deadline and process.poll() is None:
+        time.sleep(0.05)
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+    finished = subprocess.run(command, env=environment, capture_output=True, text=True,
+                              timeout=300)
+    assert finished.returncode == 0, finished.stderr[-2000:]
+    summary = json.loads(finished.stdout)
+    assert summary["global_steps"] == 12
+    assert summary["resumed_from_step"] in (4, 6, 10, 12)
+    for name, value in _weights(expected).items():
+        np.testing.assert_array_equal(_weights(summary)[name], value, err_msg=name)
+
+
+def _flatten(config):
+    values = config.to_dict()
+    return [(key, json.dumps(values[key])) for key in values if key not in ("phases",)
+            ] + [("phases", json.dumps(values["phases"]))]
+
+
+def test_completed_run_is_reported_not_retrained(uninterrupted):
+    config, summary = uninterrupted
+    lines = []
+    assert pretrain_lib.pretrain(config, log=lines.append) == summary
+    assert lines and "already complete (12 steps)" in lines[0]
+
+
+def test_two_replicas_equal_one_device(tmp_path, records, uninterrupted):
+    _, expected = uninterrupted
+    # One record file: the two input pipelines take alternate records, so every global batch
+    # holds the same examples as the single pipeline's.
+    summary = pretrain_lib.pretrain(
+        _config(tmp_path, records["varied"], "strategy.name=mirrored",
+                "strategy.devices=['/cpu:0', '/cpu:1']"),
+        log=lambda line: None)
+    assert summary["strategy"]["num_replicas"] == 2
+    reference = _weights(expected)
+    for name, value in _weights(summary).items():
+        if name.startswith("layers/"):
+            np.testing.assert_allclose(value, reference[name], rtol=1e-5, atol=1e-6, err_msg=name)
+
+
+def test_gradient_accumulation_equals_the_full_batch(tmp_path, records):
+    # With the same number of masked tokens in every example, the mean of the micro-batch
+    # losses is the full-batch loss, so 2 micro-batches of 4 must give one batch of 8 (same
+    # data, same clipped gradient). No layer adaptation and epsilon 1 keep the update linear
+    # in the gradient (the trust ratio rescales a layer's update to the layer's norm, which
+    # turns the rounding noise of a layer whose gradient nearly cancels into a full-size step).
+    # One step, no clipping, and the segment embedding left out: its gradient is a
+    # tf.IndexedSlices with repeated rows, whose second moment and norm the optimizer's sparse
+    # path gets wrong (squares the rows before summing them); accumulation sums them first.
+    phase = ("phases=[{seq_length: 16, max_predictions_per_seq: 4, global_batch_size: 8, "
+             "steps: 1, warmup_steps: 0, peak_learning_rate: 1.0e-2, "
+             f"gradient_accumulation_steps: %d, input_files: ['{records['full']}']}}]")
+    runs = [
+        pretrain_lib.pretrain(
+            _config(tmp_path / str(steps), records["full"], phase % steps,
+                    "optimizer.exclude_from_layer_adaptation=['.']", "optimizer.epsilon=1.0",
+                    "optimizer.global_clipnorm=null"),
+            log=lambda line: None)
+        for steps in (1, 2)
+    ]
+    assert runs[1]["global_steps"] == 1
+    reference = _weights(runs[0])
+    compared = 0
+    for name, value in _weights(runs[1]).items():
+        if name.startswith("layers/") and value.shape != (2, 16):
+            np.testing.assert_allclose(value, reference[name], rtol=1e-5, atol=1e-7, err_msg=name)
+            compared += 1
+    assert compared > 20
+
+
+def test_mixed_bfloat16_trains_with_float32_weights(tmp_path, records):
+    summary = pretrain_lib.pretrain(
+        _config(tmp_path, records["varied"], "mixed_precision=mixed_bfloat16"),
+        log=lambda line: None)
+    assert np.isfinite(summary["final"]["loss"])
+    assert summary["final"]["masked_lm_loss"] < summary["initial"]["masked_lm_loss"] + 0.5
+    weights = _weights(summary)
+    assert {value.dtype for name, value in weights.items() if name.startswith("layers/")} == {
+        np.dtype("float32")}
+
+
+def test_different_config_is_refused_then_overwritten(tmp_path, records):
+    config = _config(tmp_path, records["varied"], "phases.1.steps=2", "phases.1.warmup_steps=0")
+    pretrain_lib.pretrain(config, log=lambda line: None)
+    changed = _config(tmp_path, records["varied"], "phases.1.steps=4", "phases.1.warmup_steps=0")
+    with pytest.raises(ValueError, match=r"holds a run with a different config \(differs at "
+                                         r"\['phases.1.steps'\]\).*overwrite=true"):
+        pretrain_lib.pretrain(changed, log=lambda line: None)
+    user_file = tmp_path / "notes.txt"
+    user_file.write_text("mine")
+    changed.overwrite = True
+    summary = pretrain_lib.pretrain(changed, log=lambda line: None)
+    assert summary["global_steps"] == 10 and summary["resumed_from_step"] is None
+    assert user_file.read_text() == "mine"
+
+
+def _refused_before_training(config, message):
+    with pytest.raises(ValueError, match=message):
+        pretrain_lib.pretrain(config, log=lambda line: None)
+    assert not os.path.exists(os.path.join(config.output_dir, "checkpoints"))
+
+
+def test_pattern_matching_no_file(tmp_path):
+    _refused_before_training(_config(tmp_path / "run", str(tmp_path / "nothing-*.tfrecord")),
+                             r"record file pattern '.*nothing-\*.tfrecord' matches no file")
+
+
+def test_record_with_a_missing_feature(tmp_path, records):
+    _refused_before_training(_config(tmp_path / "run", records["missing"]),
+                             r"missing.tfrecord' lacks feature 'masked_lm_ids'")
+
+
+def test_record_with_a_wrong_length(tmp_path, records):
+    _refused_before_training(_config(tmp_path / "run", records["short"]),
+                             r"short.tfrecord': feature 'input_ids' has 15 values, expected 16")
+
+
+def test_batch_that_does_not_split_over_replicas(tmp_path, records):
+    _refused_before_training(
+        _config(tmp_path / "run", records["varied"], "phases.0.global_batch_size=9",
+                "strategy.name=mirrored", "strategy.devices=['/cpu:0', '/cpu:1']"),
+        r"phases.0.global_batch_size=9 / gradient_accumulation_steps=1 = 9 examples per "
+        r"micro-batch must be divisible by the 2 replicas")
+
+
+def test_non_empty_directory_of_something_else(tmp_path, records):
+    (tmp_path / "thesis.tex").write_text("mine")
+    _refused_before_training(_config(tmp_path, records["varied"]),
+                             r"is not empty and holds no run_config.json")
+    assert (tmp_path / "thesis.tex").read_text() == "mine"
+
+
+def test_command_line_errors_and_print_config(capsys):
+    assert pretrain_lib.main(["model.size=huge"]) == 2
+    assert "error: model.size must be one of" in capsys.readouterr().err
+    assert pretrain_lib.main(["phases.0.max_predictions_per_seq=300"]) == 2
+    assert "max_predictions_per_seq must be in [1, phases.0.seq_length=128], got 300" in (
+        capsys.readouterr().err)
+    assert pretrain_lib.main(["optimizer.weight_decay=much"]) == 2
+    assert "optimizer.weight_decay must be a number, got 'much'" in capsys.readouterr().err
+    assert pretrain_lib.main(["--print_config", "phases.0.steps=7", "phases.0.warmup_steps=1",
+                              "log_interval=1", "checkpoint_interval=7"]) == 0
+    printed = config_lib.config_from_dict(__import__("yaml").safe_load(capsys.readouterr().out))
+    assert printed.phases[0].steps == 7 and printed.model.size == "tiny"
