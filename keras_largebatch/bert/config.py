@@ -72,9 +72,9 @@ class PhaseConfig:
 
     seq_length: int = 128  # tokens per example (the records' max_seq_length)
     max_predictions_per_seq: int = 20  # masked positions per example (the records')
-    global_batch_size: int = 128  # examples per optimizer step, over all replicas
+    global_batch_size: int = 32  # examples per optimizer step, over all replicas
     steps: int = 600  # optimizer steps of this phase
-    peak_learning_rate: float = 6.0e-3  # rate at the end of warmup
+    peak_learning_rate: float = 1.0e-2  # rate at the end of warmup
     warmup_steps: int = 60  # linear warmup from 0, in optimizer steps
     end_learning_rate: float = 0.0  # rate at the end of the polynomial decay
     power: float = 1.0  # decay power (1.0 in the LAMB paper, 0.5 in NVIDIA's recipe)
@@ -128,7 +128,7 @@ class PretrainConfig:
     output_dir: str = "runs/bert_tiny_lamb"  # run directory: config, data, checkpoints, logs
     checkpoint_dir: Optional[str] = None  # None: OUTPUT_DIR/checkpoints
     checkpoint_interval: int = 100  # optimizer steps between checkpoints (and at phase ends)
-    log_interval: int = 20  # optimizer steps per progress line and TensorBoard point
+    log_interval: int = 25  # optimizer steps per progress line and TensorBoard point
     keep_checkpoints: int = 2  # newest checkpoints kept
     steps_per_execution: int = 1  # training steps per compiled call (TPU: e.g. 100)
     mixed_precision: Optional[str] = None  # null, mixed_float16 (GPU) or mixed_bfloat16 (TPU)
