@@ -22,7 +22,8 @@ run (with dropout 0; dropout's random state is not checkpointed). With
 the step it resumes at. Running the command after the run completed prints the stored summary
 and trains nothing. A run directory holding a different config is refused unless
 ``overwrite=true``, which deletes the run's checkpoints, logs and summary (and recreates the
-default data) and starts over.
+default data) and starts over. Under MultiWorkerMirroredStrategy only the chief writes
+checkpoints, logs and the summary; every worker resumes from the same state file.
 """
 
 import argparse
@@ -32,6 +33,7 @@ import os
 import re
 import sys
 import time
+import uuid
 
 import keras
 import numpy as np
@@ -95,6 +97,8 @@ def pretrain(config, callbacks=(), log=None):
         config.strategy.name, tpu=config.strategy.tpu, devices=config.strategy.devices
     )
     num_replicas = strategy.num_replicas_in_sync
+    # Under MultiWorkerMirroredStrategy only the chief writes checkpoints, logs and summary.
+    run.writes = strategy.extended.should_checkpoint
     for index, phase in enumerate(config.phases):
         check_batch_division(f"phases.{index}", phase, num_replicas)
     record_files, vocab_file = _prepare_data(config, log)
@@ -447,6 +451,7 @@ class _RunDirectory:
         self.config_path = os.path.join(config.output_dir, RUN_CONFIG_FILENAME)
         self.summary_path = os.path.join(config.output_dir, SUMMARY_FILENAME)
         self.state_path = os.path.join(self.checkpoint_dir, STATE_FILENAME)
+        self.writes = True
         self._writer = None
 
     def _run_config(self):
@@ -520,9 +525,11 @@ class _RunDirectory:
         A process killed at any point leaves the previous state file and checkpoint intact:
         the weights go to a temporary name first and the state file is replaced by a rename.
         """
-        tf.io.gfile.makedirs(self.checkpoint_dir)
         name = f"{CHECKPOINT_PREFIX}{global_step:09d}{CHECKPOINT_SUFFIX}"
         path = os.path.join(self.checkpoint_dir, name)
+        if not self.writes:
+            return path
+        tf.io.gfile.makedirs(self.checkpoint_dir)
         temporary = os.path.join(self.checkpoint_dir, f"{CHECKPOINT_PREFIX}partial{CHECKPOINT_SUFFIX}")
         model.save_weights(temporary, overwrite=True)
         tf.io.gfile.rename(temporary, path, overwrite=True)
@@ -548,6 +555,8 @@ class _RunDirectory:
     def write_scalars(self, global_step, metrics):
         """TensorBoard scalars at the global step; written with `tf.summary.write` and the
         scalars plugin's metadata, so the `tensorboard` package is needed only to view them."""
+        if not self.writes:
+            return
         if self._writer is None:
             self._writer = tf.summary.create_file_writer(self.log_dir)
         metadata = summary_pb2.SummaryMetadata(
@@ -560,7 +569,8 @@ class _RunDirectory:
         self._writer.flush()
 
     def write_summary(self, summary):
-        _write_atomically(self.summary_path, json.dumps(summary, indent=2))
+        if self.writes:
+            _write_atomically(self.summary_path, json.dumps(summary, indent=2))
 
 
 def _differences(old, new, prefix=""):
@@ -575,7 +585,8 @@ def _differences(old, new, prefix=""):
 
 
 def _write_atomically(path, text):
-    temporary = path + ".tmp"
+    # A name of its own per writer: every worker of a multi-worker run writes run_config.json.
+    temporary = f"{path}.tmp-{uuid.uuid4().hex}"
     with tf.io.gfile.GFile(temporary, "w") as stream:
         stream.write(text)
     tf.io.gfile.rename(temporary, path, overwrite=True)

@@ -202,9 +202,11 @@ def test_gradient_accumulation_equals_the_full_batch(tmp_path, records):
     assert compared > 20
 
 
-def test_mixed_bfloat16_trains_with_float32_weights(tmp_path, records):
+@pytest.mark.parametrize("policy", ["mixed_bfloat16", "mixed_float16"])
+def test_mixed_precision_trains_with_float32_weights(tmp_path, records, policy):
+    # mixed_float16 also wraps the optimizer in a LossScaleOptimizer (GPU runs).
     summary = pretrain_lib.pretrain(
-        _config(tmp_path, records["varied"], "mixed_precision=mixed_bfloat16"),
+        _config(tmp_path, records["varied"], f"mixed_precision={policy}"),
         log=lambda line: None)
     assert np.isfinite(summary["final"]["loss"])
     assert summary["final"]["masked_lm_loss"] < summary["initial"]["masked_lm_loss"] + 0.5
