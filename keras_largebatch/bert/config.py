@@ -182,7 +182,8 @@ class PretrainConfig:
         _check_at_least("optimizer.epsilon", self.optimizer.epsilon, 0)
         if self.optimizer.global_clipnorm is not None and not self.optimizer.global_clipnorm > 0:
             raise ValueError(
-                f"optimizer.global_clipnorm must be > 0 or null, got {self.optimizer.global_clipnorm}"
+                "optimizer.global_clipnorm must be > 0 or null, got "
+                f"{self.optimizer.global_clipnorm}"
             )
         if not self.phases:
             raise ValueError("phases must hold at least one phase, got []")

@@ -102,7 +102,8 @@ def pretrain(config, callbacks=(), log=None):
     for index, phase in enumerate(config.phases):
         check_batch_division(f"phases.{index}", phase, num_replicas)
     record_files, vocab_file = _prepare_data(config, log)
-    vocabulary_size = config.model.vocabulary_size or len(vocab_lib.load_vocabulary(vocab_file))
+    vocabulary_size = (config.model.vocabulary_size
+                       or len(vocab_lib.load_vocabulary(vocab_file)))
     description = describe_strategy(strategy)
     log(f"strategy {description['kind']} with {num_replicas} replica(s) on "
         f"{description['devices']}; mixed precision {config.mixed_precision}")
@@ -167,7 +168,8 @@ def build_optimizer(optimizer_config, phase, model, mixed_precision=None):
         end_learning_rate=phase.end_learning_rate,
         power=phase.power,
     )
-    accumulation = phase.gradient_accumulation_steps if phase.gradient_accumulation_steps > 1 else None
+    accumulation = phase.gradient_accumulation_steps
+    accumulation = accumulation if accumulation > 1 else None
     common = dict(
         learning_rate=schedule,
         beta_1=optimizer_config.beta_1,
@@ -462,45 +464,37 @@ class _RunDirectory:
     def claim(self):
         """Takes the directory for this run; returns the checkpoint state to resume or None.
 
-        Raises ValueError, before anything is written, if the directory holds another run's
-        config, or files of something other than a run, unless ``overwrite``.
+        Raises ValueError, before anything is written, if the checkpoints there belong to a
+        run with another config, or the directory holds files of something other than a run,
+        unless ``overwrite`` (which deletes the earlier run's checkpoints, logs and summary).
+        A directory whose run wrote no checkpoint yet is taken over with the new config.
         """
         expected = self._run_config()
-        existing = None
-        if tf.io.gfile.exists(self.config_path):
-            with tf.io.gfile.GFile(self.config_path) as stream:
-                existing = json.load(stream)
-        elif tf.io.gfile.isdir(self.output_dir) and tf.io.gfile.listdir(self.output_dir):
-            if not self.config.overwrite:
-                raise ValueError(
-                    f"output_dir {self.output_dir!r} is not empty and holds no "
-                    f"{RUN_CONFIG_FILENAME}, so it is not a pretraining run's directory; choose "
-                    "an empty or new output_dir, or pass overwrite=true to use it anyway (files "
-                    "there that the run does not write are left alone)"
-                )
         state = self.state()
-        if existing is not None and existing != expected and not self.config.overwrite:
-            differences = sorted(_differences(existing, expected))
-            raise ValueError(
-                f"output_dir {self.output_dir!r} holds a run with a different config "
-                f"(differs at {differences}); use another output_dir, run with the same config "
-                "to resume it, or pass overwrite=true to start over"
-            )
-        if state is not None and state["config"] != expected and not self.config.overwrite:
-            raise ValueError(
-                f"checkpoint_dir {self.checkpoint_dir!r} holds checkpoints of a run with a "
-                f"different config (differs at {sorted(_differences(state['config'], expected))}"
-                "); use another checkpoint_dir, or pass overwrite=true to start over"
-            )
         if self.config.overwrite:
             self._remove_run_files()
             state = None
+        elif state is not None and state["config"] != expected:
+            raise ValueError(
+                f"checkpoint_dir {self.checkpoint_dir!r} holds a run with a different config "
+                f"(differs at {sorted(_differences(state['config'], expected))}); use another "
+                "output_dir, run with the same config to resume it, or pass overwrite=true to "
+                "start over"
+            )
+        elif (not tf.io.gfile.exists(self.config_path) and tf.io.gfile.isdir(self.output_dir)
+              and tf.io.gfile.listdir(self.output_dir)):
+            raise ValueError(
+                f"output_dir {self.output_dir!r} is not empty and holds no "
+                f"{RUN_CONFIG_FILENAME}, so it is not a pretraining run's directory; choose "
+                "an empty or new output_dir, or pass overwrite=true to use it anyway (files "
+                "there that the run does not write are left alone)"
+            )
         tf.io.gfile.makedirs(self.output_dir)
         _write_atomically(self.config_path, json.dumps(expected, indent=2))
         return state
 
     def _remove_run_files(self):
-        """Deletes what earlier runs wrote here (checkpoints, state, logs, summary) and only that."""
+        """Deletes what earlier runs wrote here (checkpoints, state, logs, summary), only that."""
         if tf.io.gfile.isdir(self.checkpoint_dir):
             for name in tf.io.gfile.listdir(self.checkpoint_dir):
                 if name == STATE_FILENAME or (name.startswith(CHECKPOINT_PREFIX)
@@ -530,7 +524,8 @@ class _RunDirectory:
         if not self.writes:
             return path
         tf.io.gfile.makedirs(self.checkpoint_dir)
-        temporary = os.path.join(self.checkpoint_dir, f"{CHECKPOINT_PREFIX}partial{CHECKPOINT_SUFFIX}")
+        temporary = os.path.join(self.checkpoint_dir,
+                                 f"{CHECKPOINT_PREFIX}partial{CHECKPOINT_SUFFIX}")
         model.save_weights(temporary, overwrite=True)
         tf.io.gfile.rename(temporary, path, overwrite=True)
         state = {

@@ -29,12 +29,14 @@ def _batch(batch_size, seed=0):
         "segment_ids": (np.arange(SEQ_LENGTH) >= SEQ_LENGTH // 2).astype("int32")[None].repeat(
             batch_size, 0),
         "padding_mask": np.ones((batch_size, SEQ_LENGTH), "int32"),
-        "mask_positions": rng.integers(1, SEQ_LENGTH, (batch_size, MAX_PREDICTIONS)).astype("int32"),
+        "mask_positions": rng.integers(1, SEQ_LENGTH, (batch_size, MAX_PREDICTIONS)).astype(
+            "int32"),
     }
     counts = rng.integers(1, MAX_PREDICTIONS + 1, batch_size)
     masked_lm_weights = (np.arange(MAX_PREDICTIONS)[None] < counts[:, None]).astype("float32")
     labels = {
-        "masked_lm": rng.integers(0, VOCABULARY_SIZE, (batch_size, MAX_PREDICTIONS)).astype("int32"),
+        "masked_lm": rng.integers(0, VOCABULARY_SIZE, (batch_size, MAX_PREDICTIONS)).astype(
+            "int32"),
         "next_sentence": rng.integers(0, 2, batch_size).astype("int32"),
     }
     weights = {"masked_lm": masked_lm_weights,

@@ -230,6 +230,16 @@ def test_different_config_is_refused_then_overwritten(tmp_path, records):
     assert user_file.read_text() == "mine"
 
 
+def test_fixed_config_runs_after_a_refused_one(tmp_path, records):
+    # A run refused before its first checkpoint leaves nothing to resume: the corrected
+    # command takes the directory over.
+    with pytest.raises(ValueError, match="matches no file"):
+        pretrain_lib.pretrain(_config(tmp_path, str(tmp_path / "typo-*.tfrecord")),
+                              log=lambda line: None)
+    config = _config(tmp_path, records["varied"], "phases.1.steps=2", "phases.1.warmup_steps=0")
+    assert pretrain_lib.pretrain(config, log=lambda line: None)["global_steps"] == 8
+
+
 def _refused_before_training(config, message):
     with pytest.raises(ValueError, match=message):
         pretrain_lib.pretrain(config, log=lambda line: None)
