@@ -4,6 +4,7 @@ Every run is a tiny BERT (1 layer, hidden 16) on synthetic records written by ha
 takes a few seconds. Weights are compared through the checkpoint files the runs write.
 """
 
+import glob
 import json
 import os
 import signal
@@ -14,6 +15,7 @@ import time
 import h5py
 import numpy as np
 import pytest
+import tensorflow as tf
 
 from keras_largebatch.bert import config as config_lib
 from keras_largebatch.bert import pretrain as pretrain_lib
@@ -96,7 +98,13 @@ def test_run_reports_steps_throughput_and_metrics(uninterrupted):
     # Keeps the newest 2 checkpoints: global steps 10 (phase 2, step 4) and 12 (the end).
     assert sorted(os.listdir(os.path.join(config.output_dir, "checkpoints"))) == [
         "ckpt-000000010.weights.h5", "ckpt-000000012.weights.h5", "state.json"]
-    assert os.listdir(os.path.join(config.output_dir, "logs"))
+    tags = set()
+    for event_file in glob.glob(os.path.join(config.output_dir, "logs", "*")):
+        for event in tf.compat.v1.train.summary_iterator(event_file):
+            tags.update(value.tag for value in event.summary.value)
+    assert {"loss", "masked_lm_loss", "masked_lm_accuracy", "next_sentence_accuracy",
+            "learning_rate", "trust_ratio_min", "trust_ratio_median", "trust_ratio_max",
+            "examples_per_second"} <= tags
 
 
 def test_resume_after_interruptions_equals_uninterrupted_run(tmp_path, records, uninterrupted):
@@ -170,6 +178,16 @@ def test_two_replicas_equal_one_device(tmp_path, records, uninterrupted):
     for name, value in _weights(summary).items():
         if name.startswith("layers/"):
             np.testing.assert_allclose(value, reference[name], rtol=1e-5, atol=1e-6, err_msg=name)
+
+
+def test_steps_per_execution_gives_the_same_run(tmp_path, records, uninterrupted):
+    _, expected = uninterrupted
+    summary = pretrain_lib.pretrain(
+        _config(tmp_path, records["varied"], "steps_per_execution=2"), log=lambda line: None)
+    assert summary["global_steps"] == 12
+    reference = _weights(expected)
+    for name, value in _weights(summary).items():
+        np.testing.assert_allclose(value, reference[name], rtol=1e-6, atol=1e-7, err_msg=name)
 
 
 def test_gradient_accumulation_equals_the_full_batch(tmp_path, records):
