@@ -620,7 +620,8 @@ def main(argv=None):
             print(config.to_yaml(), end="")
             return 0
         summary = pretrain(config)
-    except (ValueError, FileNotFoundError) as error:
+    except (ValueError, FileNotFoundError, RuntimeError) as error:
+        # RuntimeError: get_strategy cannot find or reach the TPU.
         print(f"keras-largebatch-pretrain: error: {error}", file=sys.stderr)
         return 2
     print(json.dumps(summary, indent=2))
