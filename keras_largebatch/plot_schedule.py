@@ -17,7 +17,7 @@ import keras
 import numpy as np
 import yaml
 
-from keras_largebatch.schedules import MultiPhaseSchedule, WarmupPolynomialDecay
+from keras_largebatch.schedules import _PHASE_DEFAULTS, _PHASE_REQUIRED, MultiPhaseSchedule, WarmupPolynomialDecay
 
 
 def plot_schedule(schedule, output_path, total_steps=None, num_points=1000, title=None):
@@ -91,7 +91,14 @@ def _corner_steps(schedule):
 def schedule_from_config(config):
     """The schedule described by a loaded YAML/JSON config (see module doc)."""
     if isinstance(config, dict) and "phases" in config:
-        return MultiPhaseSchedule(config["phases"])
+        # A pretraining config's phases also say how to read data (seq_length, global batch,
+        # ...); only the schedule's own keys draw the curve.
+        schedule_keys = set(_PHASE_REQUIRED) | set(_PHASE_DEFAULTS)
+        phases = [
+            {key: value for key, value in phase.items() if key in schedule_keys} if isinstance(phase, dict) else phase
+            for phase in config["phases"]
+        ]
+        return MultiPhaseSchedule(phases)
     if isinstance(config, dict) and "class_name" in config:
         return keras.optimizers.schedules.deserialize(config)
     raise ValueError(
@@ -166,3 +173,7 @@ def main(argv=None):
         parser.error(str(error))
     print(f"wrote {args.output}")
     return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -138,3 +138,15 @@ def test_command_rejects_config_without_schedule(tmp_path, capsys):
     with pytest.raises(SystemExit):
         main([str(tmp_path / "out.png"), "--config", str(config), "--warmup-steps", "3"])
     assert "give them or --config, not both" in capsys.readouterr().err
+
+
+def test_command_plots_a_pretraining_config(tmp_path):
+    # The pretraining recipes' phases carry data keys too (seq_length, global_batch_size, ...).
+    from pathlib import Path
+
+    from keras_largebatch.plot_schedule import main
+
+    config = Path(__file__).resolve().parents[1] / "tpu_configs" / "bert_large_lamb_nvidia.yaml"
+    output = tmp_path / "lr.png"
+    assert main([str(output), "--config", str(config)]) == 0
+    assert output.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

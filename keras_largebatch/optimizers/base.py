@@ -217,6 +217,7 @@ class LayerwiseAdaptiveOptimizer(keras.optimizers.Optimizer):
         return
 
     def _backend_apply_gradients(self, grads, trainable_variables):
+        grads = _densify(grads)
         context = _multi_replica_context()
         finite = None
         if context is not None:
@@ -330,16 +331,22 @@ def _multi_replica_context():
     return context
 
 
-def _all_finite(grads):
-    """True if no (TF) gradient holds an inf or NaN.
-
-    Embedding gradients are `tf.IndexedSlices`: their values are checked without making
-    them dense.
+def _densify(grads):
+    """TF embedding gradients arrive as `tf.IndexedSlices`, whose rows may repeat (a row per
+    occurrence of a token). The second moment, the norms and the clip factor are functions of
+    the summed rows, so they are computed on the dense gradient; squaring the slices instead
+    (as Keras's Adam does) gets them wrong whenever a row repeats.
     """
+    if keras.backend.backend() != "tensorflow":
+        return grads
     import tensorflow as tf
 
-    values = [g.values if isinstance(g, tf.IndexedSlices) else g for g in grads]
-    return ops.all(ops.stack([ops.all(ops.isfinite(v)) for v in values]))
+    return [tf.convert_to_tensor(g) if isinstance(g, tf.IndexedSlices) else g for g in grads]
+
+
+def _all_finite(grads):
+    """True if no gradient holds an inf or NaN."""
+    return ops.all(ops.stack([ops.all(ops.isfinite(g)) for g in grads]))
 
 
 def _read_after_gradients(counter, grads):
@@ -358,8 +365,7 @@ def _read_after_gradients(counter, grads):
         return counter
     import tensorflow as tf
 
-    values = [g.values if isinstance(g, tf.IndexedSlices) else g for g in grads]
-    with tf.control_dependencies(values):
+    with tf.control_dependencies(grads):
         return counter.value.read_value()
 
 

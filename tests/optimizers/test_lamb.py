@@ -134,3 +134,22 @@ def test_accumulation_equals_one_large_batch():
     )
     assert_close(actual, expected)
     assert int(optimizer.iterations) == 4
+
+
+def test_embedding_gradient_with_repeated_rows_equals_its_dense_sum():
+    # A tf.IndexedSlices gradient repeats a row per occurrence of a token; the second moment
+    # and the norms must see the summed rows, exactly as for the dense gradient.
+    import tensorflow as tf
+
+    weights = [np.random.default_rng(6).normal(size=(4, 3)).astype(np.float32)]
+    values = np.array([[1.0, 2.0, 3.0], [1.0, 2.0, 3.0], [0.5, -1.0, 2.0]], np.float32)
+    sparse = tf.IndexedSlices(tf.constant(values), tf.constant([1, 1, 3]), tf.constant([4, 3]))
+    dense = tf.convert_to_tensor(sparse).numpy()
+    for compile_mode in (None, "graph"):
+        variable = keras.Variable(weights[0])
+        optimizer = LAMB(learning_rate=0.1, global_clipnorm=1.0, exclude_from_layer_adaptation=[])
+        optimizer.build([variable])
+        step = lambda: optimizer.apply([sparse], [variable])  # noqa: E731
+        (tf.function(step) if compile_mode else step)()
+        expected, _ = reference.lamb(weights, [[dense]], lr=0.1, global_clipnorm=1.0)
+        assert_close([variable.numpy()], expected)
