@@ -4,7 +4,7 @@
 
 BERT-base shapes (keras_hub.models.BertBackbone, 199 variables, 109.5M parameters):
 LAMB against keras AdamW and keras Lamb. ResNet-50 shapes (keras.applications.ResNet50,
-161 trainable variables, 25.6M parameters): LARS against keras SGD(momentum=0.9).
+214 trainable variables, 25.6M parameters): LARS against keras SGD(momentum=0.9).
 TensorFlow backend, XLA on and off. Each round times every optimizer once, in turn, so slow
 drifts of a shared machine hit all of them alike; the figure is the median over rounds.
 """
