@@ -28,7 +28,6 @@ checkpoints, logs and the summary; every worker resumes from the same state file
 
 import argparse
 import json
-import math
 import os
 import re
 import sys

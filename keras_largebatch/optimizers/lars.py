@@ -15,7 +15,8 @@ class LARS(LayerwiseAdaptiveOptimizer):
 
         trust = trust_coefficient * ||w|| / (||g|| + weight_decay * ||w|| + epsilon)
                 # 1 if ||w|| == 0 or ||g|| == 0, or w is excluded from layer adaptation
-        trust = min(trust / learning_rate, 1)          # only with clip=True (LARC)
+        trust = min(trust / learning_rate, 1)          # only with clip=True (LARC), where
+                                                       # the ratio is defined
         v = momentum * v + learning_rate * trust * (g + weight_decay * w)
         w = w - v                                      # nesterov=True:
         # w = w - (momentum * v + learning_rate * trust * (g + weight_decay * w))
@@ -143,8 +144,12 @@ class LARS(LayerwiseAdaptiveOptimizer):
                 max_trust_ratio=self.max_trust_ratio,
             )
             if self.clip:
+                # As in NVIDIA apex's LARC, only a defined ratio is clipped: a variable with a
+                # zero norm keeps the fallback of 1 and takes the plain step.
                 rate = ops.cast(learning_rate, "float32")
-                ratio = ops.where(ops.greater(rate, 0.0), ops.minimum(ratio / rate, 1.0), 1.0)
+                defined = ops.logical_and(ops.greater(weight_norm, 0.0), ops.greater(gradient_norm, 0.0))
+                clipped = ops.minimum(ratio / ops.where(ops.greater(rate, 0.0), rate, 1.0), 1.0)
+                ratio = ops.where(ops.logical_and(defined, ops.greater(rate, 0.0)), clipped, ratio)
             self._record_trust_ratio(variable, ratio)
             step_size = ops.multiply(learning_rate, ops.cast(ratio, dtype))
         else:

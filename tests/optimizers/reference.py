@@ -81,9 +81,9 @@ def lars(weights, gradient_steps, *, lr=1.0, momentum=0.9, eta=0.001, eps=0.0, w
             g_norm = np.linalg.norm(g)
             trust = 1.0
             if adapt_mask[i]:
-                trust = _ratio(eta * w_norm, g_norm + decay * w_norm + eps,
-                               w_norm > 0 and g_norm > 0, lower, upper)
-                if clip:
+                defined = w_norm > 0 and g_norm > 0
+                trust = _ratio(eta * w_norm, g_norm + decay * w_norm + eps, defined, lower, upper)
+                if clip and defined:
                     trust = min(trust / lr, 1.0)
             step_ratios.append(trust)
             local = lr * trust * (g + decay * w[i])

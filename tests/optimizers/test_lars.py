@@ -59,11 +59,14 @@ def test_bounds_and_larc_clip_bind_in_their_cases():
     assert (np.array(larc) == 1.0).any() and (np.array(larc) < 1.0).any()
 
 
-def test_zero_weights_and_zero_gradients_use_trust_ratio_one():
+@pytest.mark.parametrize("clip", [False, True])
+def test_zero_weights_and_zero_gradients_use_trust_ratio_one(clip):
+    # With the LARC clip too: the fallback of 1 is not divided by the learning rate (apex LARC).
     weights = [np.zeros((3, 3), np.float32), np.ones((4, 2), np.float32)]
     gradient_steps = [[np.ones((3, 3), np.float32), np.zeros((4, 2), np.float32)]] * 3
-    actual, ratios = run_optimizer(LARS(learning_rate=0.1, record_trust_ratio=True), weights, gradient_steps)
-    expected, _ = reference.lars(weights, gradient_steps, lr=0.1)
+    optimizer = LARS(learning_rate=20.0, clip=clip, record_trust_ratio=True)
+    actual, ratios = run_optimizer(optimizer, weights, gradient_steps)
+    expected, _ = reference.lars(weights, gradient_steps, lr=20.0, clip=clip)
     assert ratios[0] == [1.0, 1.0]
     assert_close(actual, expected)
 
