@@ -376,6 +376,17 @@ def _existing_outputs(output_dir, planned_paths):
     return sorted({path for path in planned_paths if os.path.exists(path)} | set(stale_shards))
 
 
+def _only_own_outputs(output_dir, planned_paths):
+    """True if every file in ``output_dir`` is a planned output or a record shard."""
+    if not os.path.isdir(output_dir):
+        return False
+    own = {os.path.basename(path) for path in planned_paths}
+    return all(
+        name in own or (name.startswith(f"{RECORD_FILE_PREFIX}-") and name.endswith(".tfrecord"))
+        for name in os.listdir(output_dir)
+    )
+
+
 def _claim_outputs(output_dir, planned_paths, overwrite):
     """Refuses to touch existing output unless ``overwrite``; then removes it."""
     existing = _existing_outputs(output_dir, planned_paths)
@@ -383,8 +394,9 @@ def _claim_outputs(output_dir, planned_paths, overwrite):
         raise FileExistsError(
             f"output_dir {output_dir!r} already holds {len(existing)} output file(s) "
             f"({', '.join(os.path.basename(path) for path in existing[:4])}"
-            f"{', ...' if len(existing) > 4 else ''}); pass overwrite=True (--overwrite) to "
-            "replace them, or choose another output_dir"
+            f"{', ...' if len(existing) > 4 else ''}); pass overwrite=True (--overwrite; "
+            "overwrite=true for keras-largebatch-pretrain) to replace them, or choose another "
+            "output_dir"
         )
     # Stale shards from a run with another shard count would otherwise mix into a file pattern.
     for path in existing:
@@ -668,7 +680,10 @@ def create_default_pretraining_data(
     planned = record_file_names(output_dir, num_output_shards) + [
         manifest_file, corpus_file, os.path.join(output_dir, VOCABULARY_FILENAME),
     ]
-    _claim_outputs(output_dir, planned, overwrite)
+    # The manifest is written last: without it, a directory holding nothing but this
+    # function's own (regenerable) files is an interrupted earlier call, redone here.
+    interrupted = not os.path.isfile(manifest_file) and _only_own_outputs(output_dir, planned)
+    _claim_outputs(output_dir, planned, overwrite or interrupted)
     corpus_lib.write_default_corpus(output_dir)
     return _create([corpus_file], output_dir, config, options, num_workers, _Progress(progress))
 

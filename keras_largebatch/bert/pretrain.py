@@ -86,12 +86,14 @@ def pretrain(config, callbacks=(), log=None):
     config.validate()
     run = _RunDirectory(config)
     state = run.claim()
-    if state is not None and state["complete"]:
+    if state is not None and state["complete"] and tf.io.gfile.exists(run.summary_path):
         log(f"the run in {config.output_dir} is already complete ({state['global_step']} "
             f"steps); its summary is {run.summary_path}. Use another output_dir, or "
             "overwrite=true to train again")
-        with open(run.summary_path, encoding="utf-8") as stream:
+        with tf.io.gfile.GFile(run.summary_path) as stream:
             return json.load(stream)
+    # A complete state without a summary (killed just before writing it) goes on below: the
+    # last phase-end checkpoint leaves no step to train, and the summary is written.
     strategy = get_strategy(
         config.strategy.name, tpu=config.strategy.tpu, devices=config.strategy.devices
     )
@@ -340,6 +342,7 @@ class _PhaseLoop(keras.callbacks.Callback):
                 complete=(self.phase_index == len(self.config.phases) - 1
                           and self.step == self.phase.steps),
                 initial=self.history.initial,
+                final=self.history.final,
             )
             self.log(f"checkpoint {path}")
 
@@ -349,7 +352,9 @@ class _History:
 
     def __init__(self, state):
         self.initial = None if state is None else state["initial"]
-        self.final = None
+        # Kept in the state too, so a run killed between its last checkpoint and its summary
+        # can still write the summary without training again.
+        self.final = None if state is None else state.get("final")
         self.resumed_from = None if state is None else state["global_step"]
         self.global_step = 0 if state is None else state["global_step"]
         self.phases = []
@@ -512,7 +517,7 @@ class _RunDirectory:
         with tf.io.gfile.GFile(self.state_path) as stream:
             return json.load(stream)
 
-    def save_checkpoint(self, model, phase, step, global_step, complete, initial):
+    def save_checkpoint(self, model, phase, step, global_step, complete, initial, final):
         """Writes weights and optimizer state, then the state file naming them, atomically.
 
         A process killed at any point leaves the previous state file and checkpoint intact:
@@ -534,6 +539,7 @@ class _RunDirectory:
             "complete": complete,
             "checkpoint": path,
             "initial": initial,
+            "final": final,
             "config": self._run_config(),
         }
         _write_atomically(self.state_path, json.dumps(state, indent=2))
@@ -619,8 +625,9 @@ def main(argv=None):
             print(config.to_yaml(), end="")
             return 0
         summary = pretrain(config)
-    except (ValueError, FileNotFoundError, RuntimeError) as error:
-        # RuntimeError: get_strategy cannot find or reach the TPU.
+    except (ValueError, OSError, RuntimeError) as error:
+        # OSError: missing files, or output that would be overwritten; RuntimeError:
+        # get_strategy cannot find or reach the TPU.
         print(f"keras-largebatch-pretrain: error: {error}", file=sys.stderr)
         return 2
     print(json.dumps(summary, indent=2))

@@ -303,3 +303,23 @@ def test_worker_count_defaults_to_parallel_only_for_large_inputs():
     assert create_data.choose_num_workers(None, threshold, 10, num_tasks=1) == 1
     assert create_data.choose_num_workers(3, 10, 1, num_tasks=50) == 3
     assert create_data.choose_num_workers(3, 10, 1, num_tasks=2) == 2
+
+
+def test_default_data_interrupted_before_its_manifest_is_redone(tmp_path, monkeypatch):
+    # The manifest is written last; without it the directory's own files are regenerable.
+    documents = [[f"Sentence {word} of the first document." for word in "abcdef"],
+                 [f"Another {word} sentence in document two." for word in "ghijkl"]]
+    monkeypatch.setattr(corpus_lib, "default_corpus_documents", lambda: documents)
+    arguments = dict(max_seq_length=16, max_predictions_per_seq=3, vocabulary_size=60,
+                     dupe_factor=2, num_output_shards=2, num_workers=1, progress=False)
+    first = create_data.create_default_pretraining_data(str(tmp_path), **arguments)
+    expected = [open(path, "rb").read() for path in first.record_files]
+    os.remove(first.manifest_file)
+    again = create_data.create_default_pretraining_data(str(tmp_path), **arguments)
+    assert [open(path, "rb").read() for path in again.record_files] == expected
+    # A file the function did not write still makes it refuse.
+    os.remove(again.manifest_file)
+    (tmp_path / "notes.txt").write_text("mine")
+    with pytest.raises(FileExistsError, match="overwrite=true for keras-largebatch-pretrain"):
+        create_data.create_default_pretraining_data(str(tmp_path), **arguments)
+    assert (tmp_path / "notes.txt").read_text() == "mine"

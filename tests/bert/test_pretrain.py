@@ -165,6 +165,20 @@ def test_completed_run_is_reported_not_retrained(uninterrupted):
     assert lines and "already complete (12 steps)" in lines[0]
 
 
+def test_run_killed_before_its_summary_writes_it_without_training(tmp_path, records, uninterrupted):
+    # The last checkpoint marks the run complete; a kill before summary.json must not strand it.
+    _, expected = uninterrupted
+    config = _config(tmp_path, records["varied"])
+    pretrain_lib.pretrain(config, log=lambda line: None)
+    os.remove(os.path.join(tmp_path, pretrain_lib.SUMMARY_FILENAME))
+    lines = []
+    summary = pretrain_lib.pretrain(config, log=lines.append)
+    assert not any(" step " in line and "loss" in line for line in lines)
+    assert summary["global_steps"] == expected["global_steps"] == 12
+    assert summary["initial"] == expected["initial"] and summary["final"] == expected["final"]
+    assert os.path.exists(os.path.join(tmp_path, pretrain_lib.SUMMARY_FILENAME))
+
+
 def test_two_replicas_equal_one_device(tmp_path, records, uninterrupted):
     _, expected = uninterrupted
     # One record file: the two input pipelines take alternate records, so every global batch
