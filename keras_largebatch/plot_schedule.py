@@ -6,9 +6,9 @@ Command line (`keras-largebatch-plot-schedule`):
     keras-largebatch-plot-schedule lr.png --peak-learning-rate 6e-3 \\
         --total-steps 7038 --warmup-steps 2000 --power 0.5
 
-`--config` reads a YAML or JSON file holding either a `phases:` list (the
-`MultiPhaseSchedule` phases) or a serialized schedule (the output of
-`keras.optimizers.schedules.serialize`).
+`--config` reads a YAML or JSON file holding a pretraining config (`keras-largebatch-pretrain
+--config`, or just its `phases:` list; omitted phase fields take the pretraining defaults) or a
+serialized schedule (the output of `keras.optimizers.schedules.serialize`).
 """
 
 import argparse
@@ -89,22 +89,26 @@ def _corner_steps(schedule):
 
 
 def schedule_from_config(config):
-    """The schedule described by a loaded YAML/JSON config (see module doc)."""
-    if isinstance(config, dict) and "phases" in config:
-        # A pretraining config's phases also say how to read data (seq_length, global batch,
-        # ...); only the schedule's own keys draw the curve.
-        schedule_keys = set(_PHASE_REQUIRED) | set(_PHASE_DEFAULTS)
-        phases = [
-            {key: value for key, value in phase.items() if key in schedule_keys} if isinstance(phase, dict) else phase
-            for phase in config["phases"]
-        ]
-        return MultiPhaseSchedule(phases)
+    """The schedule described by a loaded YAML/JSON config (see module doc).
+
+    A serialized schedule is deserialized. Anything else is read as the pretraining command
+    reads its config (a bare ``phases:`` list is one), so phase defaults and data keys such as
+    ``seq_length`` give exactly the curve a pretraining run follows: one warmup and decay per
+    phase.
+    """
     if isinstance(config, dict) and "class_name" in config:
         return keras.optimizers.schedules.deserialize(config)
-    raise ValueError(
-        "the config must hold a 'phases' list or a serialized schedule "
-        "(a dict with 'class_name'), got "
-        f"{sorted(config) if isinstance(config, dict) else type(config).__name__}"
+    if not isinstance(config, dict):
+        raise ValueError(
+            "the config must hold a 'phases' list, a pretraining config or a serialized "
+            f"schedule (a dict with 'class_name'), got {type(config).__name__}"
+        )
+    # Imported here: the BERT recipe builds on the schedules, not the other way round.
+    from keras_largebatch.bert.config import config_from_dict
+
+    schedule_keys = _PHASE_REQUIRED + tuple(_PHASE_DEFAULTS)
+    return MultiPhaseSchedule(
+        [{key: getattr(phase, key) for key in schedule_keys} for phase in config_from_dict(config).phases]
     )
 
 

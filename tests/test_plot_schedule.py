@@ -134,19 +134,27 @@ def test_command_rejects_config_without_schedule(tmp_path, capsys):
     config.write_text(yaml.safe_dump({"learning_rate": 1e-3}))
     with pytest.raises(SystemExit):
         main([str(tmp_path / "out.png"), "--config", str(config)])
-    assert "the config must hold a 'phases' list or a serialized schedule" in capsys.readouterr().err
+    error = capsys.readouterr().err
+    # Read as a pretraining config: the unknown key is named, with the keys that exist.
+    assert "learning_rate" in error and "'phases'" in error
     with pytest.raises(SystemExit):
         main([str(tmp_path / "out.png"), "--config", str(config), "--warmup-steps", "3"])
     assert "give them or --config, not both" in capsys.readouterr().err
 
 
 def test_command_plots_a_pretraining_config(tmp_path):
-    # The pretraining recipes' phases carry data keys too (seq_length, global_batch_size, ...).
+    # The pretraining recipes' phases carry data keys too (seq_length, global_batch_size, ...),
+    # and a config may leave phase fields, or the phases, to their defaults.
     from pathlib import Path
 
-    from keras_largebatch.plot_schedule import main
+    from keras_largebatch.plot_schedule import main, schedule_from_config
 
     config = Path(__file__).resolve().parents[1] / "tpu_configs" / "bert_large_lamb_nvidia.yaml"
+    schedule = schedule_from_config(yaml.safe_load(config.read_text()))
+    rates = [float(schedule(step)) for step in (1000, 2000, 7038, 7038 + 100, 7038 + 200)]
+    assert rates == pytest.approx([3e-3, 6e-3, 0.0, 2e-3, 4e-3], abs=1e-9)
+    defaults = schedule_from_config({"model": {"size": "mini"}, "phases": [{"steps": 300}]})
+    assert [float(defaults(step)) for step in (30, 60, 300)] == pytest.approx([5e-3, 1e-2, 0.0])
     output = tmp_path / "lr.png"
     assert main([str(output), "--config", str(config)]) == 0
     assert output.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
