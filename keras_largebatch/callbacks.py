@@ -5,6 +5,7 @@ model compiled with a schedule from `keras_largebatch.schedules` already warms
 up inside the train step and needs no callback.
 """
 
+import numbers
 import os
 
 import keras
@@ -126,7 +127,11 @@ class LearningRateWarmup(keras.callbacks.Callback):
             ("steps_per_epoch", steps_per_epoch),
             ("target_learning_rate", target_learning_rate),
         ):
-            if value is not None and not value > 0:
+            if value is None:
+                continue
+            if isinstance(value, bool) or not isinstance(value, numbers.Real):
+                raise TypeError(f"{name} must be a number > 0, got {value!r} of type {type(value).__name__}")
+            if not value > 0:
                 raise ValueError(f"{name} must be > 0, got {value}")
         if steps_per_epoch is not None and warmup_epochs is None:
             raise ValueError(
@@ -134,6 +139,8 @@ class LearningRateWarmup(keras.callbacks.Callback):
                 f"steps_per_epoch={steps_per_epoch} with "
                 f"warmup_steps={warmup_steps}"
             )
+        if not isinstance(momentum_correction, bool):
+            raise TypeError(f"momentum_correction must be a bool, got {momentum_correction!r}")
         if not initial_learning_rate >= 0:
             raise ValueError(f"initial_learning_rate must be >= 0, got {initial_learning_rate}")
         self.warmup_steps = warmup_steps
@@ -313,6 +320,9 @@ class TrustRatioMonitor(keras.callbacks.Callback):
 
     def on_epoch_end(self, epoch, logs=None):
         ratios = _unwrap(self.model.optimizer).trust_ratios()
+        if not ratios:
+            # An epoch of zero steps never builds the optimizer: nothing to report yet.
+            return
         by_ratio = sorted(ratios.items(), key=lambda item: item[1])
         values = np.array([ratio for _, ratio in by_ratio], dtype=np.float64)
         record = {

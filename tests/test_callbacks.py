@@ -225,6 +225,19 @@ def test_warmup_bad_arguments(kwargs, message):
     assert message in str(error.value)
 
 
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"warmup_steps": "100"}, "warmup_steps must be a number > 0, got '100' of type str"),
+        ({"warmup_steps": 5, "momentum_correction": "yes"}, "momentum_correction must be a bool, got 'yes'"),
+    ],
+)
+def test_warmup_arguments_of_the_wrong_type(kwargs, message):
+    with pytest.raises(TypeError) as error:
+        LearningRateWarmup(**kwargs)
+    assert message in str(error.value)
+
+
 def test_warmup_epochs_needs_known_steps_per_epoch():
     # A filtered dataset has an unknown length, so fit cannot report its steps.
     dataset = (
@@ -455,3 +468,15 @@ def test_warmup_and_logger_on_jax():
     expected = warmup_sgd_reference(12, 0.1, 0.01, 8, 0.9, 0.1, 1, momentum_correction=True)
     np.testing.assert_allclose(out["weights"], expected, rtol=1e-5)
     assert out["logged"] == pytest.approx([0.1])
+
+
+def test_monitor_reports_nothing_before_the_optimizer_is_built():
+    from keras_largebatch import LAMB
+
+    model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
+    model.compile(optimizer=LAMB(record_trust_ratio=True), loss="mse")
+    monitor = TrustRatioMonitor()
+    monitor.set_model(model)
+    logs = {"loss": 1.0}
+    monitor.on_epoch_end(0, logs)
+    assert logs == {"loss": 1.0} and monitor.records == []
