@@ -29,7 +29,6 @@ checkpoints, logs and the summary; every worker resumes from the same state file
 import argparse
 import json
 import os
-import re
 import sys
 import time
 import uuid
@@ -46,7 +45,7 @@ from keras_largebatch.bert import model as model_lib
 from keras_largebatch.bert import vocab as vocab_lib
 from keras_largebatch.callbacks import LearningRateLogger, TrustRatioMonitor
 from keras_largebatch.distribute import describe_strategy, get_strategy
-from keras_largebatch.optimizers import LAMB
+from keras_largebatch.optimizers import LAMB, ExclusionRule
 from keras_largebatch.schedules import WarmupPolynomialDecay
 
 RUN_CONFIG_FILENAME = "run_config.json"
@@ -189,18 +188,14 @@ def build_optimizer(optimizer_config, phase, model, mixed_precision=None):
         )
     else:
         optimizer = keras.optimizers.AdamW(**common)
-        rule = _matcher(optimizer_config.exclude_from_weight_decay)
+        rule = ExclusionRule(list(optimizer_config.exclude_from_weight_decay),
+                             "optimizer.exclude_from_weight_decay")
         optimizer.exclude_from_weight_decay(
-            var_list=[variable for variable in model.trainable_variables if rule(variable)]
+            var_list=[variable for variable in model.trainable_variables if rule.excludes(variable)]
         )
     if mixed_precision == "mixed_float16":
         optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
     return optimizer
-
-
-def _matcher(patterns):
-    compiled = [re.compile(pattern) for pattern in patterns]
-    return lambda variable: any(pattern.search(variable.path) for pattern in compiled)
 
 
 def check_batch_division(key, phase, num_replicas):

@@ -18,7 +18,7 @@ The learning-rate schedule and the bias correction see the optimizer step count
 
 On more than one replica, a step whose summed gradient is not finite (inf or NaN) is
 skipped: weights, slots, accumulators, recorded trust ratios and the step count keep their
-values on every replica. `keras.optimizers.LossScaleOptimizer` makes that decision from
+values on every replica (with ``use_ema``, the moving average still takes its step). `keras.optimizers.LossScaleOptimizer` makes that decision from
 replica 0's own gradient only, so without this check an overflow on another replica would
 reach the weights of all of them. The loss scale itself is still LossScaleOptimizer's: it
 is not halved when only a replica other than 0 overflowed.

@@ -320,3 +320,15 @@ def test_command_line_errors_and_print_config(capsys):
                               "log_interval=1", "checkpoint_interval=7"]) == 0
     printed = config_lib.config_from_dict(__import__("yaml").safe_load(capsys.readouterr().out))
     assert printed.phases[0].steps == 7 and printed.model.size == "tiny"
+
+
+def test_adamw_for_comparison_excludes_the_same_variables_from_decay(tmp_path, records):
+    config = _config(tmp_path, records["varied"], "optimizer.name=adamw")
+    model = pretrain_lib.build_model(config, vocabulary_size=64)
+    optimizer = pretrain_lib.build_optimizer(config.optimizer, config.phases[0], model)
+    optimizer.build(model.trainable_variables)
+    decayed = {v.path for v in model.trainable_variables if optimizer._use_weight_decay(v)}
+    excluded = {v.path for v in model.trainable_variables} - decayed
+    assert excluded and all("layer_norm" in path or path.endswith("bias") for path in excluded)
+    assert any(path.endswith("token_embedding/embeddings") for path in decayed)
+    assert not any("layer_norm" in path or path.endswith("/bias") for path in decayed)
