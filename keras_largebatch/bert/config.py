@@ -187,6 +187,15 @@ class PretrainConfig:
             )
         if not self.phases:
             raise ValueError("phases must hold at least one phase, got []")
+        for index, phase in enumerate(self.phases):
+            if phase.input_files is None and "://" in str(self.output_dir):
+                # The default corpus's corpus, vocabulary and manifest are written with local
+                # file I/O under output_dir.
+                raise ValueError(
+                    f"phases.{index}.input_files is null, so the default corpus's records would "
+                    f"be created under output_dir {self.output_dir!r}, which must then be local; "
+                    f"give phases.{index}.input_files for a remote output_dir"
+                )
         if self.optimizer.name == "adamw":
             for index, phase in enumerate(self.phases):
                 if phase.gradient_accumulation_steps > 1:

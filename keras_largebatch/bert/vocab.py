@@ -84,10 +84,12 @@ def load_vocabulary(path):
         ValueError: the file lacks a special token, repeats a token, or does not have ``[PAD]``
             at id 0.
     """
-    if not os.path.isfile(path):
+    # tf.io.gfile so that a vocabulary in Cloud Storage (gs://...) reads like a local one.
+    if not tf.io.gfile.exists(path) or tf.io.gfile.isdir(path):
         raise FileNotFoundError(f"vocabulary file {path!r} does not exist")
-    with open(path, encoding="utf-8") as vocabulary_file:
-        vocabulary = [line.rstrip("\r\n") for line in vocabulary_file]
+    with tf.io.gfile.GFile(path) as vocabulary_file:
+        # split("\n"), not splitlines(): tokens may hold other Unicode line separators.
+        vocabulary = [line.rstrip("\r") for line in vocabulary_file.read().split("\n")]
     while vocabulary and not vocabulary[-1]:
         vocabulary.pop()
     check_vocabulary(vocabulary, source=path)

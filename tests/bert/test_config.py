@@ -145,3 +145,8 @@ def test_tpu_configs_hold_the_published_recipes():
         assert config.mixed_precision == "mixed_bfloat16"
         assert config.model.max_sequence_length in (None, 512)
         assert config.optimizer.weight_decay == 0.01
+
+
+def test_default_records_need_a_local_output_dir():
+    with pytest.raises(ValueError, match=r"phases.0.input_files is null.*'gs://bucket/run', which must then be local"):
+        config_lib.load_config(overrides=["output_dir=gs://bucket/run"])
