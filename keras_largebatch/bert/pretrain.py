@@ -406,7 +406,7 @@ def _prepare_data(config, log):
                                                  phase.max_predictions_per_seq)
             record_files[index] = files
     vocab_file = config.data.vocab_file
-    if vocab_file is not None and not os.path.isfile(vocab_file):
+    if vocab_file is not None and not tf.io.gfile.exists(vocab_file):
         raise ValueError(f"data.vocab_file {vocab_file!r} does not exist")
     if vocab_file is None and config.model.vocabulary_size is None and all(record_files):
         raise ValueError(
