@@ -440,7 +440,7 @@ def create_pretraining_data(
     Args:
         input_files: text file paths or glob patterns; one sentence per line, a blank line
             between documents.
-        output_dir: local directory for the shards ``pretraining-XXXXX-of-YYYYY.tfrecord``,
+        output_dir: local directory for the shards ``pretraining-00000-of-00008.tfrecord (index-of-count)``,
             ``manifest.json`` and, when a vocabulary is built, ``vocab.txt``.
         vocab_file: a vocabulary (one token per line) to tokenize with. None builds one of at
             most ``vocabulary_size`` tokens from the input and writes it to ``vocab.txt``.
