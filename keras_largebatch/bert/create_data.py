@@ -481,8 +481,16 @@ def create_pretraining_data(
     if vocab_file is None:
         planned.append(built_vocab_file)
     _claim_outputs(output_dir, planned, overwrite)
-    config = {
-        "input_files": input_paths,
+    config = _run_config(input_paths, vocab_file, vocabulary_size, options, dupe_factor,
+                         num_output_shards, seed)
+    return _create(input_paths, output_dir, config, options, num_workers, _Progress(progress))
+
+
+def _run_config(input_files, vocab_file, vocabulary_size, options, dupe_factor,
+                num_output_shards, seed):
+    """What a manifest records of the arguments that decide the output bytes."""
+    return {
+        "input_files": input_files,
         "vocab_file": vocab_file,
         "vocabulary_size": vocabulary_size,
         **dataclasses.asdict(options),
@@ -490,7 +498,6 @@ def create_pretraining_data(
         "num_output_shards": num_output_shards,
         "seed": seed,
     }
-    return _create(input_paths, output_dir, config, options, num_workers, _Progress(progress))
 
 
 def _create(input_paths, output_dir, config, options, num_workers, progress):
@@ -657,13 +664,8 @@ def create_default_pretraining_data(
     _check_run_arguments(dupe_factor, num_output_shards, num_workers)
     corpus_file = os.path.join(output_dir, corpus_lib.DEFAULT_CORPUS_FILENAME)
     config = {
-        "input_files": [corpus_file],
-        "vocab_file": None,
-        "vocabulary_size": vocabulary_size,
-        **dataclasses.asdict(options),
-        "dupe_factor": dupe_factor,
-        "num_output_shards": num_output_shards,
-        "seed": seed,
+        **_run_config([corpus_file], None, vocabulary_size, options, dupe_factor,
+                      num_output_shards, seed),
         "default_corpus_python": sys.version.split()[0],
     }
     manifest_file = os.path.join(output_dir, MANIFEST_FILENAME)

@@ -245,9 +245,13 @@ class LayerwiseAdaptiveOptimizer(keras.optimizers.Optimizer):
 
             _for_each_variable(self, step, trainable_variables, [grads], shared=(learning_rate, finite))
         elif keras.backend.backend() == "jax":
-            self._accumulate_without_branches(grads, trainable_variables, learning_rate, totals, is_update_step)
+            self._accumulate_without_branches(
+                grads, trainable_variables, learning_rate, totals, accumulators, is_update_step
+            )
         else:
-            self._accumulate_with_cond(grads, trainable_variables, learning_rate, totals, is_update_step, finite)
+            self._accumulate_with_cond(
+                grads, trainable_variables, learning_rate, totals, accumulators, is_update_step, finite
+            )
         if self.use_ema:
             self._update_model_variables_moving_average(self._trainable_variables)
             if self.ema_overwrite_frequency:
@@ -257,11 +261,12 @@ class LayerwiseAdaptiveOptimizer(keras.optimizers.Optimizer):
                     lambda: None,
                 )
 
-    def _accumulate_with_cond(self, grads, variables, learning_rate, totals, is_update_step, finite):
+    def _accumulate_with_cond(
+        self, grads, variables, learning_rate, totals, accumulators, is_update_step, finite
+    ):
         # The branch is taken per variable, inside the per-device update function, where a
         # `cond` holds no `merge_call`: this is what lets accumulation run under
         # MirroredStrategy.
-        accumulators = [self._accumulated_gradients[self._get_variable_index(v)] for v in variables]
 
         def step_or_accumulate(variable, grad, total, accumulator, learning_rate, is_update_step, finite):
             def update():
@@ -280,7 +285,7 @@ class LayerwiseAdaptiveOptimizer(keras.optimizers.Optimizer):
             shared=(learning_rate, is_update_step, finite),
         )
 
-    def _accumulate_without_branches(self, grads, variables, learning_rate, totals, is_update_step):
+    def _accumulate_without_branches(self, grads, variables, learning_rate, totals, accumulators, is_update_step):
         # JAX traces both branches of a cond with stateless variables, so compute the update
         # and keep it or the old values with `where`.
         state = list(variables) + [v for v in self.variables if v is not self._iterations]
@@ -289,8 +294,7 @@ class LayerwiseAdaptiveOptimizer(keras.optimizers.Optimizer):
             self.update_step(grad, variable, learning_rate)
         for variable, old in zip(state, before):
             variable.assign(ops.where(is_update_step, variable.value, old))
-        for variable, total in zip(variables, totals):
-            accumulator = self._accumulated_gradients[self._get_variable_index(variable)]
+        for accumulator, total in zip(accumulators, totals):
             accumulator.assign(ops.where(is_update_step, ops.zeros_like(total), total))
 
     def get_config(self):
