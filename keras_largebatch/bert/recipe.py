@@ -1,0 +1,176 @@
+"""BERT pretraining as a recipe of the trainer: its model, data, optimizer and metrics.
+
+`keras_largebatch.training.trainer.train` runs it; `keras_largebatch.bert.pretrain` is the
+command around both.
+"""
+
+import os
+
+import keras
+import tensorflow as tf
+
+from keras_largebatch.bert import create_data
+from keras_largebatch.bert import input_pipeline
+from keras_largebatch.bert import model as model_lib
+from keras_largebatch.bert import vocab as vocab_lib
+from keras_largebatch.optimizers import LAMB, ExclusionRule
+from keras_largebatch.schedules import WarmupPolynomialDecay
+from keras_largebatch.training.recipe import Recipe
+
+# The window metrics reported in progress lines and the summary, in this order.
+REPORTED_METRICS = (
+    "loss", "masked_lm_loss", "masked_lm_accuracy", "next_sentence_loss",
+    "next_sentence_accuracy",
+)
+
+
+class BertPretraining(Recipe):
+    """Masked-LM and next-sentence pretraining of the BERT that a `PretrainConfig` describes.
+
+    `prepare` checks the phases' record files (or creates the default corpus's records under
+    ``OUTPUT_DIR/data``) and fixes the vocabulary before the model is built.
+    """
+
+    name = "pretrain"
+    reported_metrics = REPORTED_METRICS
+    progress_metrics = (("loss", "loss"), ("mlm_acc", "masked_lm_accuracy"),
+                        ("nsp_acc", "next_sentence_accuracy"))
+
+    def __init__(self, config):
+        self.config = config
+        self.deterministic_input = config.data.deterministic
+        self.input_seed = config.data.seed
+        self.record_files = None
+        self.vocab_file = None
+
+    def prepare(self, log):
+        self.record_files, self.vocab_file = prepare_data(self.config, log)
+
+    def vocabulary_size(self):
+        return (self.config.model.vocabulary_size
+                or len(vocab_lib.load_vocabulary(self.vocab_file)))
+
+    def build_model(self):
+        return build_model(self.config, self.vocabulary_size())
+
+    def build_optimizer(self, phase_index, model):
+        return build_optimizer(self.config.optimizer, self.config.phases[phase_index], model)
+
+    def dataset(self, phase_index, batch_size, input_context, shuffle_seed):
+        phase = self.config.phases[phase_index]
+        return input_pipeline.make_pretraining_dataset(
+            self.record_files[phase_index], phase.seq_length, phase.max_predictions_per_seq,
+            batch_size, is_training=shuffle_seed is not None, input_context=input_context,
+            seed=shuffle_seed, shuffle_buffer_size=self.config.data.shuffle_buffer_size,
+        )
+
+    def phase_summary(self, phase_index):
+        return {"seq_length": self.config.phases[phase_index].seq_length}
+
+    def summary(self):
+        return {"model_size": self.config.model.size, "optimizer": self.config.optimizer.name}
+
+
+def build_model(config, vocabulary_size):
+    """The `BertPretrainer` that ``config.model`` and ``config.mixed_precision`` describe."""
+    model_config = config.model
+    num_layers, hidden_dim, num_heads, intermediate_dim = model_config.dimensions()
+    backbone = model_lib.bert_backbone(
+        model_config.size,
+        vocabulary_size=vocabulary_size,
+        max_sequence_length=(
+            model_config.max_sequence_length or max(p.seq_length for p in config.phases)
+        ),
+        dropout=model_config.dropout,
+        num_layers=num_layers,
+        hidden_dim=hidden_dim,
+        num_heads=num_heads,
+        intermediate_dim=intermediate_dim,
+        dtype=config.mixed_precision,
+    )
+    return model_lib.BertPretrainer(backbone)
+
+
+def build_optimizer(optimizer_config, phase, model):
+    """A fresh optimizer for one phase, with its warmup + polynomial-decay schedule.
+
+    LAMB (`keras_largebatch.LAMB`) gets the exclusions as path patterns; Keras's AdamW matches
+    only short variable names, so it gets the same variables as an explicit list.
+    """
+    schedule = WarmupPolynomialDecay(
+        peak_learning_rate=phase.peak_learning_rate,
+        total_steps=phase.steps,
+        warmup_steps=phase.warmup_steps,
+        end_learning_rate=phase.end_learning_rate,
+        power=phase.power,
+    )
+    accumulation = phase.gradient_accumulation_steps
+    common = dict(
+        learning_rate=schedule,
+        beta_1=optimizer_config.beta_1,
+        beta_2=optimizer_config.beta_2,
+        epsilon=optimizer_config.epsilon,
+        weight_decay=optimizer_config.weight_decay,
+        global_clipnorm=optimizer_config.global_clipnorm,
+        gradient_accumulation_steps=accumulation if accumulation > 1 else None,
+    )
+    if optimizer_config.name == "lamb":
+        return LAMB(
+            exclude_from_weight_decay=list(optimizer_config.exclude_from_weight_decay),
+            exclude_from_layer_adaptation=list(optimizer_config.exclude_from_layer_adaptation),
+            record_trust_ratio=True,
+            **common,
+        )
+    optimizer = keras.optimizers.AdamW(**common)
+    rule = ExclusionRule(list(optimizer_config.exclude_from_weight_decay),
+                         "optimizer.exclude_from_weight_decay")
+    optimizer.exclude_from_weight_decay(
+        var_list=[variable for variable in model.trainable_variables if rule.excludes(variable)]
+    )
+    return optimizer
+
+
+def prepare_data(config, log):
+    """Returns ``(record files per phase, vocabulary file)``: the phases' checked input files,
+    or the default corpus's records, created under OUTPUT_DIR/data when missing."""
+    record_files = [None] * len(config.phases)
+    for index, phase in enumerate(config.phases):
+        if phase.input_files is not None:
+            files = input_pipeline.resolve_record_files(phase.input_files)
+            for path in files:
+                input_pipeline.check_record_file(path, phase.seq_length,
+                                                 phase.max_predictions_per_seq)
+            record_files[index] = files
+    vocab_file = config.data.vocab_file
+    if vocab_file is not None and not tf.io.gfile.exists(vocab_file):
+        raise ValueError(f"data.vocab_file {vocab_file!r} does not exist")
+    if vocab_file is None and config.model.vocabulary_size is None and all(record_files):
+        raise ValueError(
+            "model.vocabulary_size is null and data.vocab_file is null: give one of them for "
+            "records from input_files (the model's vocabulary must match the records' ids)"
+        )
+    for index, phase in enumerate(config.phases):
+        if record_files[index] is not None:
+            continue
+        data = create_data.create_default_pretraining_data(
+            os.path.join(config.output_dir, "data",
+                         f"seq{phase.seq_length}-pred{phase.max_predictions_per_seq}"),
+            max_seq_length=phase.seq_length,
+            max_predictions_per_seq=phase.max_predictions_per_seq,
+            vocabulary_size=config.data.vocabulary_size,
+            dupe_factor=config.data.dupe_factor,
+            seed=config.data.seed,
+            overwrite=config.overwrite,
+            progress=True,
+        )
+        log(f"phase {index + 1} data: {data.num_examples} examples in "
+            f"{os.path.dirname(data.record_files[0])}")
+        if vocab_file is None:
+            vocab_file = data.vocab_file
+        elif vocab_lib.load_vocabulary(vocab_file) != vocab_lib.load_vocabulary(data.vocab_file):
+            raise ValueError(
+                f"phase {index + 1}'s default records use vocabulary {data.vocab_file}, which "
+                f"differs from {vocab_file}; the model has one vocabulary for every phase"
+            )
+        record_files[index] = data.record_files
+    return record_files, vocab_file

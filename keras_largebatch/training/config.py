@@ -1,0 +1,255 @@
+"""Run configs: dataclasses with defaults, loaded from YAML, changed by ``key=value`` overrides.
+
+A recipe's config is a dataclass derived from `RunConfig` (the settings every run has: its
+directory, checkpoints, logging, precision, strategy) whose ``phases`` are derived from
+`PhaseConfig` (steps and batch). Every field has a default and a one-line meaning beside it. A
+YAML file sets any subset of the fields with the same nesting, and overrides change single
+fields with dotted keys, the value read as YAML: ``log_interval=10``, ``phases.0.steps=100``,
+``strategy.devices=['/cpu:0', '/cpu:1']``. An unknown key is a `ValueError`, a value of the
+wrong type a `TypeError`, each naming the key and the value, raised before any work. Numbers
+written as ``6e-3`` (which YAML 1.1 reads as a string) are accepted for numeric fields.
+"""
+
+import dataclasses
+import re
+import types
+import typing
+from typing import Optional
+
+import yaml
+
+from keras_largebatch import _checks
+from keras_largebatch.distribute import STRATEGY_NAMES
+
+MIXED_PRECISION_POLICIES = (None, "mixed_float16", "mixed_bfloat16")
+
+_NUMBER = re.compile(r"^[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?$")
+
+
+@dataclasses.dataclass
+class StrategyConfig:
+    """The tf.distribute strategy, passed to keras_largebatch.distribute.get_strategy."""
+
+    name: str = "auto"  # auto, tpu, multi_worker, mirrored, one_device or default
+    tpu: Optional[str] = None  # "local", a TPU name or grpc://host:port (name tpu or auto)
+    devices: Optional[list[str]] = None  # devices for mirrored / one_device
+
+
+@dataclasses.dataclass
+class PhaseConfig:
+    """One phase of a run: a number of optimizer steps at one global batch size.
+
+    Every phase continues from the weights the previous one ended with and starts a fresh
+    optimizer. A recipe derives its phases from this class to add its own fields.
+    """
+
+    global_batch_size: int = 32  # examples per optimizer step, over all replicas
+    steps: int = 600  # optimizer steps of this phase
+    gradient_accumulation_steps: int = 1  # micro-batches per optimizer step
+
+    def validate(self, key, run):
+        """Checks this phase (``key``: its config path) within ``run``, its `RunConfig`."""
+        for name in ("global_batch_size", "steps", "gradient_accumulation_steps"):
+            _checks.check_integer(f"{key}.{name}", getattr(self, name), low=1)
+        if self.global_batch_size % self.gradient_accumulation_steps:
+            raise ValueError(
+                f"{key}.global_batch_size={self.global_batch_size} must be divisible by "
+                f"{key}.gradient_accumulation_steps={self.gradient_accumulation_steps}"
+            )
+        # One training call runs steps_per_execution micro-batches; Keras would run past the
+        # end of a logging window (and of the phase) that is not a whole number of calls.
+        for steps, what in ((run.log_interval, "log_interval"),
+                            (self.steps % run.log_interval, f"{key}.steps % log_interval")):
+            micro_steps = steps * self.gradient_accumulation_steps
+            if micro_steps % run.steps_per_execution:
+                raise ValueError(
+                    f"steps_per_execution={run.steps_per_execution} must divide {what} x "
+                    f"{key}.gradient_accumulation_steps = {micro_steps} (training calls of a "
+                    "logging window)"
+                )
+
+
+@dataclasses.dataclass
+class RunConfig:
+    """The settings every training run has; a recipe's config derives from it."""
+
+    output_dir: str = "runs/run"  # run directory: config, checkpoints, logs, summary
+    checkpoint_dir: Optional[str] = None  # None: OUTPUT_DIR/checkpoints
+    checkpoint_interval: int = 100  # optimizer steps between checkpoints (and at phase ends)
+    log_interval: int = 25  # optimizer steps per progress line and TensorBoard point
+    keep_checkpoints: int = 2  # newest checkpoints kept
+    steps_per_execution: int = 1  # training steps per compiled call (TPU: e.g. 100)
+    mixed_precision: Optional[str] = None  # null, mixed_float16 (GPU) or mixed_bfloat16 (TPU)
+    seed: int = 0  # seed of the weight initialization and dropout
+    overwrite: bool = False  # start over in an OUTPUT_DIR that holds a different run
+    phases: list[PhaseConfig] = dataclasses.field(default_factory=lambda: [PhaseConfig()])
+    strategy: StrategyConfig = dataclasses.field(default_factory=StrategyConfig)
+
+    def to_dict(self):
+        """The config as plain data (what YAML and the run directory's run_config.json hold)."""
+        return dataclasses.asdict(self)
+
+    def to_yaml(self):
+        return yaml.safe_dump(self.to_dict(), sort_keys=False)
+
+    def validate(self):
+        """Checks values and relations between fields; raises naming the field. Returns self.
+
+        A recipe's config extends this with its own checks and calls it first.
+        """
+        _checks.check_choice("mixed_precision", self.mixed_precision, MIXED_PRECISION_POLICIES)
+        _checks.check_choice("strategy.name", self.strategy.name, STRATEGY_NAMES)
+        for name in ("checkpoint_interval", "log_interval", "keep_checkpoints",
+                     "steps_per_execution"):
+            _checks.check_integer(name, getattr(self, name), low=1)
+        if self.checkpoint_interval % self.log_interval:
+            raise ValueError(
+                f"checkpoint_interval must be a multiple of log_interval={self.log_interval} "
+                f"(checkpoints are written at the end of a logging window), got "
+                f"{self.checkpoint_interval}"
+            )
+        if not self.phases:
+            raise ValueError("phases must hold at least one phase, got []")
+        for index, phase in enumerate(self.phases):
+            phase.validate(f"phases.{index}", self)
+        return self
+
+
+def config_from_dict(cls, values, key="config"):
+    """Builds a ``cls`` config from nested plain data (a loaded YAML document); not validated."""
+    return _build(cls, values if values is not None else {}, key)
+
+
+def load_config(cls, path=None, overrides=()):
+    """Loads a ``cls`` config: defaults, then the YAML file at ``path`` (if any), then overrides.
+
+    Args:
+        cls: the config dataclass, derived from `RunConfig`.
+        path: a YAML file with any subset of the fields, or None for the defaults.
+        overrides: ``"key=value"`` strings; dotted keys reach nested fields and list items
+            (``phases.1.steps=1563``); values are parsed as YAML.
+
+    Returns:
+        The validated config.
+
+    Raises:
+        ValueError: an unknown key, a value out of range, a malformed override, or a file that
+            is not a YAML mapping. TypeError: a value of the wrong type. The message names the
+            key and the value.
+    """
+    values = {}
+    if path is not None:
+        with open(path, encoding="utf-8") as stream:
+            values = yaml.safe_load(stream)
+        if values is None:
+            values = {}
+        if not isinstance(values, dict):
+            raise ValueError(f"config file {path!r} must hold a YAML mapping, got {values!r}")
+    config = config_from_dict(cls, values)
+    for override in overrides:
+        config = apply_override(config, override)
+    return config.validate()
+
+
+def apply_override(config, override):
+    """Returns a new config of the same class with one ``"key=value"`` override applied (not
+    validated)."""
+    if not isinstance(override, str) or "=" not in override:
+        raise ValueError(f"an override must look like key=value (e.g. phases.0.steps=100), "
+                         f"got {override!r}")
+    key, text = override.split("=", 1)
+    key = key.strip()
+    try:
+        value = yaml.safe_load(text) if text.strip() else None
+    except yaml.YAMLError as error:
+        raise ValueError(f"override {override!r}: the value is not valid YAML ({error})") from None
+    values = config.to_dict()
+    parts = key.split(".")
+    target = values
+    for depth, part in enumerate(parts[:-1]):
+        target = _child(target, part, ".".join(parts[: depth + 1]), key)
+    _set_child(target, parts[-1], value, key)
+    return config_from_dict(type(config), values)
+
+
+def _child(container, part, path, key):
+    if isinstance(container, list):
+        return container[_list_index(container, part, path, key)]
+    if not isinstance(container, dict) or part not in container:
+        valid = sorted(container) if isinstance(container, dict) else []
+        raise ValueError(f"unknown config key {path!r} in override {key!r}; valid keys here: "
+                         f"{valid}")
+    if container[part] is None:
+        raise ValueError(f"config key {path!r} is null; set it whole (e.g. {path}=[...]) rather "
+                         f"than an item of it")
+    return container[part]
+
+
+def _set_child(container, part, value, key):
+    if isinstance(container, list):
+        container[_list_index(container, part, key, key)] = value
+        return
+    if part not in container:
+        raise ValueError(f"unknown config key {key!r}; valid keys here: {sorted(container)}")
+    container[part] = value
+
+
+def _list_index(container, part, path, key):
+    if not part.isdigit() or int(part) >= len(container):
+        raise ValueError(
+            f"config key {path!r} in override {key!r}: {part!r} must be a list index in "
+            f"[0, {len(container)})"
+        )
+    return int(part)
+
+
+def _build(cls, values, key):
+    if isinstance(values, cls):
+        return values
+    if not isinstance(values, dict):
+        raise TypeError(f"{key} must be a mapping of {cls.__name__} fields, got {values!r}")
+    fields = {field.name for field in dataclasses.fields(cls)}
+    unknown = sorted(set(values) - fields)
+    if unknown:
+        prefix = "" if key == "config" else f"{key}."
+        raise ValueError(f"unknown config key {prefix}{unknown[0]!s}; valid keys: "
+                         f"{sorted(fields)}")
+    hints = typing.get_type_hints(cls)
+    kwargs = {}
+    for name, value in values.items():
+        field_key = name if key == "config" else f"{key}.{name}"
+        kwargs[name] = _coerce(hints[name], value, field_key)
+    return cls(**kwargs)
+
+
+def _coerce(annotation, value, key):
+    """Checks ``value`` against a field's type; converts YAML's string numbers ("6e-3")."""
+    origin = typing.get_origin(annotation)
+    if origin in (typing.Union, types.UnionType):
+        (inner,) = [arg for arg in typing.get_args(annotation) if arg is not type(None)]
+        if value is None or (isinstance(value, str) and value.lower() in ("none", "null")):
+            return None
+        return _coerce(inner, value, key)
+    if origin is list:
+        (item_type,) = typing.get_args(annotation)
+        if not isinstance(value, list):
+            raise TypeError(f"{key} must be a list, got {value!r}")
+        return [_coerce(item_type, item, f"{key}.{index}") for index, item in enumerate(value)]
+    if dataclasses.is_dataclass(annotation):
+        return _build(annotation, value, key)
+    if annotation is bool:
+        if not isinstance(value, bool):
+            raise TypeError(f"{key} must be true or false, got {value!r}")
+        return value
+    if annotation is str:
+        return _checks.check_string(key, value)
+    if annotation in (int, float):
+        number = value
+        if isinstance(value, str) and _NUMBER.match(value.strip()):
+            number = float(value)
+        if annotation is int:
+            if _checks.is_number(number) and number == int(number):
+                return int(number)
+            raise TypeError(f"{key} must be an integer, got {value!r}")
+        return float(_checks.check_number(key, number))
+    raise TypeError(f"unsupported config field type {annotation!r} for {key}")

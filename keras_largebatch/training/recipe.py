@@ -1,0 +1,77 @@
+"""The interface between a task (BERT pretraining, image classification) and the trainer.
+
+A recipe says what to train; `keras_largebatch.training.trainer.train` runs it: claims the
+run directory, picks the strategy, builds the model in its scope, and for each phase builds
+the optimizer, positions the data at the step it resumes from, trains logging windows, and
+writes checkpoints, TensorBoard scalars and the summary. The trainer knows nothing of the task
+beyond these methods; the recipe knows nothing of checkpoints, resume or logging.
+"""
+
+
+class Recipe:
+    """Base class of a task; subclasses override the methods that raise NotImplementedError.
+
+    Attributes:
+        name: a short name, used in the log prefix of the task's command.
+        reported_metrics: the metrics (of `model.fit`'s logs) that progress lines and the
+            summary's ``initial`` and ``final`` report, in this order; ``loss`` first.
+        progress_metrics: ``(label, metric)`` pairs shown in progress lines.
+        deterministic_input: True when `dataset` with ``shuffle_seed=None`` reads its examples
+            in a fixed order, so that the trainer resumes by skipping the batches already
+            trained and a resumed run sees what an uninterrupted one would. False: every
+            (re)start reads a freshly shuffled dataset seeded from the step it starts at.
+        input_seed: seed of the shuffled input (``deterministic_input=False``).
+    """
+
+    name = "train"
+    reported_metrics = ("loss",)
+    progress_metrics = (("loss", "loss"),)
+    deterministic_input = True
+    input_seed = 0
+
+    def prepare(self, log):
+        """Checks (and, if the task creates them, creates) the inputs of every phase.
+
+        Called once, after the run directory is claimed and the strategy is known, before the
+        model is built. Raise ValueError for bad input here, before any training.
+        """
+
+    def build_model(self):
+        """A new, built Keras model (called inside the strategy's scope)."""
+        raise NotImplementedError
+
+    def build_optimizer(self, phase_index, model):
+        """A fresh optimizer, with its learning-rate schedule, for phase ``phase_index``.
+
+        The trainer wraps it in `keras.optimizers.LossScaleOptimizer` under ``mixed_float16``
+        and adds `keras_largebatch.TrustRatioMonitor` when it records trust ratios.
+        """
+        raise NotImplementedError
+
+    def compile_arguments(self, phase_index):
+        """Extra keyword arguments of `model.compile` (loss, metrics) for a phase."""
+        return {}
+
+    def dataset(self, phase_index, batch_size, input_context, shuffle_seed):
+        """One input pipeline's training batches of ``batch_size`` examples for a phase.
+
+        Args:
+            phase_index: the phase.
+            batch_size: examples per batch: one replica's share of one micro-batch.
+            input_context: the `tf.distribute.InputContext` of this pipeline (shard by it).
+            shuffle_seed: None: read in a fixed order, one pass (the trainer repeats it and
+                skips what was trained); else an int seeding an endless shuffled dataset.
+        """
+        raise NotImplementedError
+
+    def callbacks(self, phase_index):
+        """Keras callbacks of the task for a phase, run before the trainer's own."""
+        return []
+
+    def phase_summary(self, phase_index):
+        """Fields of the task added to a phase's entry in the summary."""
+        return {}
+
+    def summary(self):
+        """Fields of the task added to the run's summary."""
+        return {}

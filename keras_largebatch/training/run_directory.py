@@ -1,0 +1,251 @@
+"""The run directory: a run's config, checkpoints with their state, TensorBoard logs, summary.
+
+::
+
+    OUTPUT_DIR/run_config.json      the run's config (what a rerun must match to resume)
+    OUTPUT_DIR/checkpoints/         ckpt-<global step>.weights.h5 (weights and optimizer
+                                    state) and state.json, naming the newest and the kept ones
+    OUTPUT_DIR/logs/                TensorBoard scalars at the global optimizer step
+    OUTPUT_DIR/summary.json         the run's summary, written when it completes
+
+Every file is replaced atomically (written under a temporary name, then renamed), so a process
+killed at any point leaves the previous state and checkpoint intact. Paths go through
+`tf.io.gfile`, so ``gs://`` directories work like local ones.
+"""
+
+import json
+import os
+import uuid
+
+import h5py
+import tensorflow as tf
+from tensorflow.core.framework import summary_pb2
+
+RUN_CONFIG_FILENAME = "run_config.json"
+SUMMARY_FILENAME = "summary.json"
+STATE_FILENAME = "state.json"
+CHECKPOINT_PREFIX = "ckpt-"
+CHECKPOINT_SUFFIX = ".weights.h5"
+UNREADABLE_SUFFIX = ".unreadable"
+
+
+class RunDirectory:
+    """The files of one run under ``config.output_dir`` (a `training.config.RunConfig`).
+
+    ``writes`` is False on the workers of a multi-worker run other than the chief: they read
+    the state but write no checkpoint, log or summary.
+    """
+
+    def __init__(self, config):
+        self.config = config
+        self.output_dir = config.output_dir
+        self.checkpoint_dir = config.checkpoint_dir or os.path.join(config.output_dir,
+                                                                    "checkpoints")
+        self.log_dir = os.path.join(config.output_dir, "logs")
+        self.config_path = os.path.join(config.output_dir, RUN_CONFIG_FILENAME)
+        self.summary_path = os.path.join(config.output_dir, SUMMARY_FILENAME)
+        self.state_path = os.path.join(self.checkpoint_dir, STATE_FILENAME)
+        self.writes = True
+        self._writer = None
+
+    def _run_config(self):
+        values = self.config.to_dict()
+        del values["overwrite"]
+        return values
+
+    def claim(self):
+        """Takes the directory for this run; returns the checkpoint state to resume or None.
+
+        Raises ValueError, before anything is written, if the checkpoints there belong to a
+        run with another config, or the directory holds files of something other than a run,
+        unless ``overwrite`` (which deletes the earlier run's checkpoints, logs and summary).
+        A directory whose run wrote no checkpoint yet is taken over with the new config.
+        """
+        expected = self._run_config()
+        state = self.state()
+        if self.config.overwrite:
+            self._remove_run_files()
+            state = None
+        elif state is not None and state["config"] != expected:
+            raise ValueError(
+                f"checkpoint_dir {self.checkpoint_dir!r} holds a run with a different config "
+                f"(differs at {sorted(_differences(state['config'], expected))}); use another "
+                "output_dir, run with the same config to resume it, or pass overwrite=true to "
+                "start over"
+            )
+        elif (not tf.io.gfile.exists(self.config_path) and tf.io.gfile.isdir(self.output_dir)
+              and tf.io.gfile.listdir(self.output_dir)):
+            raise ValueError(
+                f"output_dir {self.output_dir!r} is not empty and holds no "
+                f"{RUN_CONFIG_FILENAME}, so it is not a training run's directory; choose "
+                "an empty or new output_dir, or pass overwrite=true to use it anyway (files "
+                "there that the run does not write are left alone)"
+            )
+        tf.io.gfile.makedirs(self.output_dir)
+        write_atomically(self.config_path, json.dumps(expected, indent=2))
+        return state
+
+    def _remove_run_files(self):
+        """Deletes what earlier runs wrote here (checkpoints, state, logs, summary), only that."""
+        for name in self._checkpoint_names(include_unreadable=True) + [STATE_FILENAME]:
+            path = os.path.join(self.checkpoint_dir, name)
+            if tf.io.gfile.exists(path):
+                tf.io.gfile.remove(path)
+        if tf.io.gfile.isdir(self.log_dir):
+            tf.io.gfile.rmtree(self.log_dir)
+        for path in (self.summary_path, self.config_path):
+            if tf.io.gfile.exists(path):
+                tf.io.gfile.remove(path)
+
+    def _checkpoint_names(self, include_unreadable=False):
+        if not tf.io.gfile.isdir(self.checkpoint_dir):
+            return []
+        names = []
+        for name in tf.io.gfile.listdir(self.checkpoint_dir):
+            stem = name[:-len(UNREADABLE_SUFFIX)] if name.endswith(UNREADABLE_SUFFIX) else name
+            if stem is not name and not include_unreadable:
+                continue
+            if (stem.startswith(CHECKPOINT_PREFIX) and stem.endswith(CHECKPOINT_SUFFIX)
+                    and stem[len(CHECKPOINT_PREFIX):-len(CHECKPOINT_SUFFIX)].isdigit()):
+                names.append(name)
+        return sorted(names)
+
+    def state(self):
+        """The newest checkpoint's state (phase, step, global_step, checkpoint path...), or None."""
+        if not tf.io.gfile.exists(self.state_path):
+            return None
+        with tf.io.gfile.GFile(self.state_path) as stream:
+            return json.load(stream)
+
+    def readable_state(self, warn):
+        """The state of the newest checkpoint that can be read, or None if none was written.
+
+        A checkpoint file that cannot be read (truncated or corrupted by the storage) is
+        renamed to ``NAME.unreadable``, kept for inspection, and reported through ``warn``; the
+        newest older checkpoint that the state file keeps is used instead. Raises OSError
+        naming every checkpoint tried when none is readable.
+        """
+        state = self.state()
+        if state is None:
+            return None
+        candidates = _kept(state)
+        tried = []
+        for entry in sorted(candidates, key=lambda entry: entry["global_step"], reverse=True):
+            problem = checkpoint_problem(entry["checkpoint"])
+            if problem is None:
+                return dict(state, **entry)
+            tried.append(f"{entry['checkpoint']} ({problem})")
+            if self.writes and tf.io.gfile.exists(entry["checkpoint"]):
+                tf.io.gfile.rename(entry["checkpoint"], entry["checkpoint"] + UNREADABLE_SUFFIX,
+                                   overwrite=True)
+                warn(f"checkpoint {entry['checkpoint']} cannot be read ({problem}); kept as "
+                     f"{entry['checkpoint'] + UNREADABLE_SUFFIX}, resuming from an older one")
+            else:
+                warn(f"checkpoint {entry['checkpoint']} cannot be read ({problem}); resuming "
+                     "from an older one")
+        raise OSError(
+            f"no checkpoint of the run in {self.checkpoint_dir} can be read: {'; '.join(tried)}. "
+            "Nothing was deleted; pass overwrite=true to start over"
+        )
+
+    def save_checkpoint(self, model, state):
+        """Writes weights and optimizer state, then the state file naming them, atomically.
+
+        ``state`` holds at least ``global_step``, ``phase`` and ``step``; the trainer adds what
+        its resume needs. Keeps the newest ``keep_checkpoints`` checkpoints. Returns the path.
+        """
+        name = f"{CHECKPOINT_PREFIX}{state['global_step']:09d}{CHECKPOINT_SUFFIX}"
+        path = os.path.join(self.checkpoint_dir, name)
+        if not self.writes:
+            return path
+        tf.io.gfile.makedirs(self.checkpoint_dir)
+        temporary = os.path.join(self.checkpoint_dir,
+                                 f"{CHECKPOINT_PREFIX}partial{CHECKPOINT_SUFFIX}")
+        model.save_weights(temporary, overwrite=True)
+        tf.io.gfile.rename(temporary, path, overwrite=True)
+        entry = dict(state, checkpoint=path)
+        previous = self.state()
+        # Entries at or after this step are of checkpoints a resume from an older one replaces.
+        kept = [old for old in _kept(previous)
+                if old["checkpoint"] != path and old["global_step"] < state["global_step"]]
+        kept = (kept + [_entry(entry)])[-self.config.keep_checkpoints:]
+        write_atomically(self.state_path, json.dumps(
+            dict(entry, kept=kept, config=self._run_config()), indent=2))
+        keep = {os.path.basename(old["checkpoint"]) for old in kept}
+        for old in self._checkpoint_names():
+            if old not in keep:
+                tf.io.gfile.remove(os.path.join(self.checkpoint_dir, old))
+        return path
+
+    def write_scalars(self, global_step, metrics):
+        """TensorBoard scalars at the global step; written with `tf.summary.write` and the
+        scalars plugin's metadata, so the `tensorboard` package is needed only to view them."""
+        if not self.writes:
+            return
+        if self._writer is None:
+            self._writer = tf.summary.create_file_writer(self.log_dir)
+        metadata = summary_pb2.SummaryMetadata(
+            plugin_data=summary_pb2.SummaryMetadata.PluginData(plugin_name="scalars")
+        )
+        with self._writer.as_default():
+            for name, value in metrics.items():
+                tf.summary.write(name, tf.constant(value, tf.float32), step=global_step,
+                                 metadata=metadata)
+        self._writer.flush()
+
+    def has_summary(self):
+        return tf.io.gfile.exists(self.summary_path)
+
+    def read_summary(self):
+        with tf.io.gfile.GFile(self.summary_path) as stream:
+            return json.load(stream)
+
+    def write_summary(self, summary):
+        if self.writes:
+            write_atomically(self.summary_path, json.dumps(summary, indent=2))
+
+
+def checkpoint_problem(path):
+    """Why the Keras weights file at ``path`` cannot be read, or None if every array reads."""
+    if not tf.io.gfile.exists(path):
+        return "missing"
+    try:
+        with tf.io.gfile.GFile(path, "rb") as stream, h5py.File(stream, "r") as file:
+            file.visititems(lambda name, item: item[()] if isinstance(item, h5py.Dataset)
+                            else None)
+    except (OSError, ValueError, KeyError, RuntimeError) as error:
+        return f"{type(error).__name__}: {error}"
+    return None
+
+
+def _kept(state):
+    """The kept checkpoints' entries of a state file, oldest first."""
+    if state is None:
+        return []
+    # State files written before the kept list existed name only the newest checkpoint.
+    return state.get("kept") or [_entry(state)]
+
+
+def _entry(state):
+    """What the state file keeps of each checkpoint (everything but the kept list and config)."""
+    return {key: value for key, value in state.items() if key not in ("kept", "config")}
+
+
+def _differences(old, new, prefix=""):
+    if isinstance(old, dict) and isinstance(new, dict):
+        keys = set(old) | set(new)
+        return [d for key in keys
+                for d in _differences(old.get(key), new.get(key), f"{prefix}{key}.")]
+    if isinstance(old, list) and isinstance(new, list) and len(old) == len(new):
+        return [d for index, (a, b) in enumerate(zip(old, new))
+                for d in _differences(a, b, f"{prefix}{index}.")]
+    return [] if old == new else [prefix.rstrip(".")]
+
+
+def write_atomically(path, text):
+    """Writes ``text`` to ``path`` through a temporary file and a rename."""
+    # A name of its own per writer: every worker of a multi-worker run writes run_config.json.
+    temporary = f"{path}.tmp-{uuid.uuid4().hex}"
+    with tf.io.gfile.GFile(temporary, "w") as stream:
+        stream.write(text)
+    tf.io.gfile.rename(temporary, path, overwrite=True)

@@ -1,0 +1,310 @@
+"""The trainer: runs (or resumes, or reports) a recipe's phases in its run directory.
+
+Preemption: a checkpoint (weights and optimizer state) is written every
+``checkpoint_interval`` optimizer steps and at the end of each phase; running the same run
+again resumes from the newest readable checkpoint, at the same phase and step, so at most
+``checkpoint_interval`` steps are trained again and none is skipped. When the recipe's input is
+deterministic, the resumed run skips exactly the batches already trained, so it gives the same
+weights as an uninterrupted run (when the model has no randomness of its own, such as
+dropout, whose random state is not checkpointed). A run that completed reports its stored
+summary and trains nothing. Under MultiWorkerMirroredStrategy only the chief writes
+checkpoints, logs and the summary; every worker resumes from the same state file.
+
+One Keras epoch is one logging window of ``log_interval`` optimizer steps, so the metrics Keras
+resets at each epoch are the window's means.
+"""
+
+import sys
+import time
+
+import keras
+import numpy as np
+
+from keras_largebatch.callbacks import LearningRateLogger, TrustRatioMonitor
+from keras_largebatch.distribute import describe_strategy, get_strategy
+from keras_largebatch.training.run_directory import RunDirectory
+
+# Seeds of successive (re)starts of a phase with shuffled input stay apart.
+_SEED_STRIDE = 1_000_003
+
+
+def train(config, recipe, callbacks=(), log=None):
+    """Runs the run that ``config`` (a `training.config.RunConfig`) and ``recipe`` describe.
+
+    Args:
+        config: the run's config; validated here.
+        recipe: a `training.recipe.Recipe` built from the same config.
+        callbacks: extra Keras callbacks added to every phase's `fit`, after the run's own.
+        log: a function taking one progress line; default prints to stderr.
+
+    Returns:
+        The summary dict, also written to ``OUTPUT_DIR/summary.json``: ``global_steps``,
+        ``examples_per_second`` (training throughput of this process, compilation excluded),
+        ``initial`` and ``final`` (the first and last logging window's reported metrics),
+        ``phases`` (per phase: steps, batch, throughput), ``strategy``, ``resumed_from_step``,
+        ``wall_time_seconds``, ``checkpoint``, and the recipe's own fields.
+
+    Raises:
+        ValueError: a bad config value, an output directory holding a different run, a batch
+            that does not divide over the replicas, or bad input found by the recipe; all
+            before any training. OSError: no checkpoint of the run can be read.
+    """
+    log = log or _stderr_logger(recipe.name)
+    start_time = time.perf_counter()
+    config.validate()
+    run = RunDirectory(config)
+    state = run.claim()
+    if state is not None and state["complete"] and run.has_summary():
+        log(f"the run in {config.output_dir} is already complete ({state['global_step']} "
+            f"steps); its summary is {run.summary_path}. Use another output_dir, or "
+            "overwrite=true to train again")
+        return run.read_summary()
+    # A complete state without a summary (killed just before writing it) goes on below: the
+    # last phase-end checkpoint leaves no step to train, and the summary is written.
+    strategy = get_strategy(
+        config.strategy.name, tpu=config.strategy.tpu, devices=config.strategy.devices
+    )
+    num_replicas = strategy.num_replicas_in_sync
+    run.writes = strategy.extended.should_checkpoint
+    for index, phase in enumerate(config.phases):
+        per_replica_batch_size(f"phases.{index}", phase, num_replicas)
+    recipe.prepare(log)
+    if state is not None:
+        state = run.readable_state(warn=lambda line: log(f"warning: {line}"))
+    description = describe_strategy(strategy)
+    log(f"strategy {description['kind']} with {num_replicas} replica(s) on "
+        f"{description['devices']}; mixed precision {config.mixed_precision}")
+
+    keras.utils.set_random_seed(config.seed)
+    with strategy.scope():
+        model = recipe.build_model()
+    start_phase, start_step = 0, 0
+    if state is not None:
+        start_phase, start_step = state["phase"], state["step"]
+        if start_step == config.phases[start_phase].steps:
+            # A phase-end checkpoint: the next phase starts from its weights with a fresh
+            # optimizer, so only the model's weights are loaded (the model has no optimizer yet).
+            model.load_weights(state["checkpoint"])
+            start_phase, start_step = start_phase + 1, 0
+        log(f"resuming from {state['checkpoint']} at phase {start_phase + 1}, step {start_step} "
+            f"(global step {state['global_step']})")
+
+    history = RunHistory(state, recipe.reported_metrics, start_time)
+    for index in range(start_phase, len(config.phases)):
+        phase_start = start_step if index == start_phase else 0
+        _run_phase(config, recipe, index, phase_start, model, strategy, run, history,
+                   state if index == start_phase and phase_start else None, list(callbacks),
+                   log)
+    summary = history.summary(description, run.state()["checkpoint"])
+    summary.update(recipe.summary())
+    run.write_summary(summary)
+    return summary
+
+
+def per_replica_batch_size(key, phase, num_replicas):
+    """Examples per replica in one micro-batch of ``phase``; raises ValueError unless the
+    micro-batch (``global_batch_size / gradient_accumulation_steps``) splits evenly over the
+    replicas. ``key`` names the phase in the message."""
+    micro_batch = phase.global_batch_size // phase.gradient_accumulation_steps
+    if micro_batch % num_replicas:
+        raise ValueError(
+            f"{key}.global_batch_size={phase.global_batch_size} / gradient_accumulation_steps="
+            f"{phase.gradient_accumulation_steps} = {micro_batch} examples per micro-batch must "
+            f"be divisible by the {num_replicas} replicas of the strategy"
+        )
+    return micro_batch // num_replicas
+
+
+def make_phase_dataset(strategy, recipe, phase_index, phase, start_step=0):
+    """The distributed dataset of one phase, positioned at optimizer step ``start_step``.
+
+    With ``recipe.deterministic_input`` the recipe's fixed-order dataset is repeated and the
+    batches of the steps already trained are skipped, so a resumed run sees what an
+    uninterrupted one would; else the recipe's shuffled dataset is seeded from the recipe's
+    ``input_seed``, the phase and ``start_step``.
+    """
+    skip_batches = start_step * phase.gradient_accumulation_steps
+    micro_batch = phase.global_batch_size // phase.gradient_accumulation_steps
+
+    def dataset_fn(input_context):
+        batch_size = input_context.get_per_replica_batch_size(micro_batch)
+        if recipe.deterministic_input:
+            dataset = recipe.dataset(phase_index, batch_size, input_context, shuffle_seed=None)
+            return dataset.repeat().skip(skip_batches)
+        seed = (recipe.input_seed + phase_index) * _SEED_STRIDE + start_step
+        return recipe.dataset(phase_index, batch_size, input_context, shuffle_seed=seed)
+
+    return strategy.distribute_datasets_from_function(dataset_fn)
+
+
+def build_optimizer(recipe, phase_index, model, mixed_precision):
+    """The recipe's optimizer for a phase, loss-scaled under ``mixed_float16``."""
+    optimizer = recipe.build_optimizer(phase_index, model)
+    if mixed_precision == "mixed_float16":
+        optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
+    return optimizer
+
+
+def _run_phase(config, recipe, index, start_step, model, strategy, run, history, resume_state,
+               callbacks, log):
+    phase = config.phases[index]
+    with strategy.scope():
+        optimizer = build_optimizer(recipe, index, model, config.mixed_precision)
+        model.compile(optimizer=optimizer, steps_per_execution=config.steps_per_execution,
+                      **recipe.compile_arguments(index))
+        optimizer.build(model.trainable_variables)
+    if resume_state is not None:
+        model.load_weights(resume_state["checkpoint"])
+    log(f"phase {index + 1}/{len(config.phases)}: {phase.steps} steps of "
+        f"{phase.global_batch_size} examples"
+        + "".join(f", {key} {value}" for key, value in recipe.phase_summary(index).items())
+        + (f", from step {start_step}" if start_step else ""))
+    windows = _LoggingWindows(config, recipe, index, start_step, run, history, log)
+    inner = getattr(optimizer, "inner_optimizer", optimizer)
+    phase_callbacks = recipe.callbacks(index) + [LearningRateLogger()]
+    if getattr(inner, "record_trust_ratio", False):
+        phase_callbacks.append(TrustRatioMonitor())
+    phase_callbacks.append(windows)
+    # Keras cannot end an epoch early without running past it, so when log_interval does not
+    # divide the phase's steps, the last, shorter window is a second `fit` on a dataset
+    # positioned after the full windows.
+    full_windows_end = phase.steps - phase.steps % config.log_interval
+    segments = []
+    if start_step < full_windows_end:
+        segments.append((start_step, full_windows_end, config.log_interval))
+    if full_windows_end < phase.steps:
+        segments.append((full_windows_end, phase.steps, phase.steps - full_windows_end))
+    for first_step, end_step, window in segments:
+        model.fit(
+            make_phase_dataset(strategy, recipe, index, phase, first_step),
+            epochs=(end_step - first_step) // window,
+            steps_per_epoch=window * phase.gradient_accumulation_steps,
+            callbacks=phase_callbacks + callbacks,
+            shuffle=False,
+            verbose=0,
+        )
+    if windows.step != phase.steps:
+        raise RuntimeError(
+            f"phase {index + 1} stopped at step {windows.step} of {phase.steps}: a callback "
+            f"stopped training early; the newest checkpoint is in {run.checkpoint_dir}"
+        )
+    history.end_phase(index, phase, recipe.phase_summary(index))
+
+
+class _LoggingWindows(keras.callbacks.Callback):
+    """At the end of each logging window of a phase: prints a progress line, writes TensorBoard
+    scalars and, every ``checkpoint_interval`` steps and at the phase's end, a checkpoint."""
+
+    def __init__(self, config, recipe, phase_index, start_step, run, history, log):
+        super().__init__()
+        self.config = config
+        self.recipe = recipe
+        self.phase_index = phase_index
+        self.phase = config.phases[phase_index]
+        self.step = start_step
+        self.run = run
+        self.history = history
+        self.log = log
+        self.phase_offset = sum(p.steps for p in config.phases[:phase_index])
+        self._window_start = None
+        self._window_first_step = start_step
+
+    def _optimizer_step(self):
+        return int(keras.ops.convert_to_numpy(self.model.optimizer.iterations))
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self._window_start = time.perf_counter()
+        self._window_first_step = self._optimizer_step()
+
+    def on_epoch_end(self, epoch, logs=None):
+        self.step = self._optimizer_step()
+        seconds = time.perf_counter() - self._window_start
+        steps = self.step - self._window_first_step
+        examples_per_second = steps * self.phase.global_batch_size / seconds
+        global_step = self.phase_offset + self.step
+        metrics = {name: float(value) for name, value in (logs or {}).items()}
+        metrics["examples_per_second"] = examples_per_second
+        self.history.add_window(global_step, metrics, steps, seconds, self.phase.global_batch_size)
+        self.run.write_scalars(global_step, metrics)
+        reported = " ".join(f"{label} {metrics[name]:.4f}"
+                            for label, name in self.recipe.progress_metrics)
+        self.log(
+            f"phase {self.phase_index + 1} step {self.step}/{self.phase.steps} "
+            f"(global {global_step}): {reported} "
+            f"lr {metrics.get('learning_rate', float('nan')):.3g} "
+            f"{examples_per_second:,.0f} examples/s, {self.history.elapsed():.0f} s elapsed"
+        )
+        if self.step % self.config.checkpoint_interval == 0 or self.step == self.phase.steps:
+            path = self.run.save_checkpoint(self.model, {
+                "phase": self.phase_index,
+                "step": self.step,
+                "global_step": global_step,
+                "complete": (self.phase_index == len(self.config.phases) - 1
+                             and self.step == self.phase.steps),
+                "initial": self.history.initial,
+                # Kept in the state too, so a run killed between its last checkpoint and its
+                # summary can still write the summary without training again.
+                "final": self.history.final,
+            })
+            self.log(f"checkpoint {path}")
+
+
+class RunHistory:
+    """What the summary reports: first and last window metrics and training throughput."""
+
+    def __init__(self, state, reported_metrics, start_time):
+        self.reported_metrics = reported_metrics
+        self.start_time = start_time
+        self.initial = None if state is None else state["initial"]
+        self.final = None if state is None else state.get("final")
+        self.resumed_from = None if state is None else state["global_step"]
+        self.global_step = 0 if state is None else state["global_step"]
+        self.phases = []
+        self._windows = []
+
+    def elapsed(self):
+        """Seconds since this process started the run."""
+        return time.perf_counter() - self.start_time
+
+    def add_window(self, global_step, metrics, steps, seconds, global_batch_size):
+        reported = {name: metrics[name] for name in self.reported_metrics}
+        if self.initial is None:
+            self.initial = reported
+        self.final = reported
+        self.global_step = global_step
+        self._windows.append((steps * global_batch_size, seconds))
+
+    def end_phase(self, index, phase, recipe_fields):
+        # The first window of each fit includes tracing and compilation.
+        windows = self._windows[1:] or self._windows
+        examples = sum(count for count, _ in windows)
+        seconds = sum(seconds for _, seconds in windows)
+        self.phases.append({
+            "phase": index + 1,
+            "steps": phase.steps,
+            **recipe_fields,
+            "global_batch_size": phase.global_batch_size,
+            "examples_per_second": examples / seconds if seconds else None,
+        })
+        self._windows = []
+
+    def summary(self, strategy_description, checkpoint):
+        rates = [p["examples_per_second"] for p in self.phases if p["examples_per_second"]]
+        return {
+            "global_steps": self.global_step,
+            "examples_per_second": float(np.mean(rates)) if rates else None,
+            "initial": self.initial,
+            "final": self.final,
+            "phases": self.phases,
+            "strategy": strategy_description,
+            "resumed_from_step": self.resumed_from,
+            "wall_time_seconds": self.elapsed(),
+            "checkpoint": checkpoint,
+        }
+
+
+def _stderr_logger(name):
+    def log(line):
+        print(f"[{name}] {line}", file=sys.stderr, flush=True)
+
+    return log
