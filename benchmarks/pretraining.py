@@ -29,30 +29,37 @@ import tensorflow as tf
 
 from keras_largebatch.bert import config as config_lib
 from keras_largebatch.bert import create_data
-from keras_largebatch.bert import pretrain
-from keras_largebatch.bert import vocab
+from keras_largebatch.bert.recipe import BertPretraining
+from keras_largebatch.training import trainer
 
 
-def _config(model_size, batch_size, optimizer_name):
-    return config_lib.load_config(overrides=[
-        f"model.size={model_size}",
+def _recipe(record_files, vocab_file, model_size=None, batch_size=32, optimizer_name="lamb",
+            deterministic=True):
+    """The pretraining command's recipe for one phase at sequence length 128 on the records."""
+    config = config_lib.load_config(overrides=[
+        f"model.size={model_size or 'tiny'}",
         f"optimizer.name={optimizer_name}",
         f"phases.0.global_batch_size={batch_size}",
+        f"phases.0.input_files={json.dumps(record_files)}",
+        f"data.vocab_file={vocab_file}",
+        f"data.deterministic={json.dumps(deterministic)}",
         "strategy.name=default",
     ])
+    recipe = BertPretraining(config)
+    recipe.prepare(log=lambda line: None)
+    return recipe
 
 
-def measure_training(model_size, batch_size, record_files, vocabulary_size, steps, rounds):
+def measure_training(model_size, batch_size, record_files, vocab_file, steps, rounds):
     """Median examples/s per optimizer over alternating timed rounds of ``steps`` steps."""
     strategy = tf.distribute.get_strategy()
     models = {}
     for name in ("lamb", "adamw"):
-        config = _config(model_size, batch_size, name)
+        recipe = _recipe(record_files, vocab_file, model_size, batch_size, name)
         keras.utils.set_random_seed(0)
-        model = pretrain.build_model(config, vocabulary_size)
-        model.compile(optimizer=pretrain.build_optimizer(config.optimizer, config.phases[0], model))
-        dataset = pretrain.make_phase_dataset(strategy, record_files, config.phases[0],
-                                              config.data)
+        model = recipe.build_model()
+        model.compile(optimizer=recipe.build_optimizer(0, model))
+        dataset = trainer.make_phase_dataset(strategy, recipe, 0, recipe.config.phases[0])
         # The first fit traces and compiles the train function; it is not timed.
         model.fit(dataset, epochs=1, steps_per_epoch=2, verbose=0, shuffle=False)
         models[name] = (model, dataset)
@@ -65,12 +72,12 @@ def measure_training(model_size, batch_size, record_files, vocabulary_size, step
     return {name: statistics.median(values) for name, values in rates.items()}
 
 
-def measure_pipeline(record_files, batch_size, batches, deterministic):
+def measure_pipeline(record_files, vocab_file, batch_size, batches, deterministic):
     """Examples/s of the phase dataset with nothing consuming it (median of 5 rounds)."""
-    phase = config_lib.PhaseConfig(global_batch_size=batch_size)
-    data = config_lib.DataConfig(deterministic=deterministic)
-    dataset = pretrain.make_phase_dataset(tf.distribute.get_strategy(), record_files, phase,
-                                          data)
+    recipe = _recipe(record_files, vocab_file, batch_size=batch_size,
+                     deterministic=deterministic)
+    dataset = trainer.make_phase_dataset(tf.distribute.get_strategy(), recipe, 0,
+                                         recipe.config.phases[0])
     iterator = iter(dataset)
     for _ in range(20):
         next(iterator)
@@ -94,12 +101,13 @@ def main(argv=None):
     parser.add_argument("--rounds", type=int, default=3, help="timed rounds per optimizer")
     args = parser.parse_args(argv)
     data = create_data.create_default_pretraining_data(args.data_dir)
-    vocabulary_size = len(vocab.load_vocabulary(data.vocab_file))
-    training = measure_training(args.model_size, args.batch_size, data.record_files,
-                                vocabulary_size, args.steps, args.rounds)
+    files = list(data.record_files)
+    training = measure_training(args.model_size, args.batch_size, files, data.vocab_file,
+                                args.steps, args.rounds)
     pipeline = {
-        "deterministic": measure_pipeline(data.record_files, args.batch_size, 200, True),
-        "deterministic_false": measure_pipeline(data.record_files, args.batch_size, 200, False),
+        "deterministic": measure_pipeline(files, data.vocab_file, args.batch_size, 200, True),
+        "deterministic_false": measure_pipeline(files, data.vocab_file, args.batch_size, 200,
+                                                False),
     }
     print(json.dumps({
         "model_size": args.model_size,

@@ -1,4 +1,5 @@
-"""The interface between a task (BERT pretraining, image classification) and the trainer.
+"""The interface between a task (language-model pretraining, image classification) and the
+trainer.
 
 A recipe says what to train; `keras_largebatch.training.trainer.train` runs it: claims the
 run directory, picks the strategy, builds the model in its scope, and for each phase builds

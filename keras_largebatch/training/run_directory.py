@@ -120,33 +120,38 @@ class RunDirectory:
     def readable_state(self, warn):
         """The state of the newest checkpoint that can be read, or None if none was written.
 
-        A checkpoint file that cannot be read (truncated or corrupted by the storage) is
-        renamed to ``NAME.unreadable``, kept for inspection, and reported through ``warn``; the
-        newest older checkpoint that the state file keeps is used instead. Raises OSError
-        naming every checkpoint tried when none is readable.
+        A newer checkpoint file that cannot be read (truncated or corrupted by the storage) is
+        reported through ``warn`` and renamed to ``NAME.unreadable``, kept for inspection, so
+        the steps trained again cannot overwrite it. Raises OSError naming every checkpoint
+        tried when none is readable, and then renames nothing.
         """
         state = self.state()
         if state is None:
             return None
-        candidates = _kept(state)
-        tried = []
-        for entry in sorted(candidates, key=lambda entry: entry["global_step"], reverse=True):
+        unreadable = []
+        for entry in sorted(_kept(state), key=lambda entry: entry["global_step"], reverse=True):
             problem = checkpoint_problem(entry["checkpoint"])
             if problem is None:
+                for path, problem in unreadable:
+                    self._set_aside(path, problem, warn)
                 return dict(state, **entry)
-            tried.append(f"{entry['checkpoint']} ({problem})")
-            if self.writes and tf.io.gfile.exists(entry["checkpoint"]):
-                tf.io.gfile.rename(entry["checkpoint"], entry["checkpoint"] + UNREADABLE_SUFFIX,
-                                   overwrite=True)
-                warn(f"checkpoint {entry['checkpoint']} cannot be read ({problem}); kept as "
-                     f"{entry['checkpoint'] + UNREADABLE_SUFFIX}, resuming from an older one")
-            else:
-                warn(f"checkpoint {entry['checkpoint']} cannot be read ({problem}); resuming "
-                     "from an older one")
+            unreadable.append((entry["checkpoint"], problem))
         raise OSError(
-            f"no checkpoint of the run in {self.checkpoint_dir} can be read: {'; '.join(tried)}. "
-            "Nothing was deleted; pass overwrite=true to start over"
+            f"no checkpoint of the run in {self.checkpoint_dir} can be read: "
+            + "; ".join(f"{path} ({problem})" for path, problem in unreadable)
+            + ". Nothing was changed; repair or restore one of them, or pass overwrite=true to "
+            "start over"
         )
+
+    def _set_aside(self, path, problem, warn):
+        kept = path + UNREADABLE_SUFFIX
+        if self.writes and tf.io.gfile.exists(path):
+            tf.io.gfile.rename(path, kept, overwrite=True)
+            warn(f"checkpoint {path} cannot be read ({problem}); kept as {kept}; resuming from "
+                 "the newest older checkpoint")
+        else:
+            warn(f"checkpoint {path} cannot be read ({problem}); resuming from the newest "
+                 "older checkpoint")
 
     def save_checkpoint(self, model, state):
         """Writes weights and optimizer state, then the state file naming them, atomically.

@@ -1,0 +1,90 @@
+"""A recipe that is not BERT, for the trainer's tests: regression of a small MLP with LAMB.
+
+64 fixed examples of 4 features; a run of a few steps takes about a second. The input is
+deterministic (fixed order), so a resumed run must equal an uninterrupted one bitwise.
+"""
+
+import dataclasses
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from keras_largebatch.optimizers import LAMB
+from keras_largebatch.training import config as training_config
+from keras_largebatch.training.recipe import Recipe
+
+NUM_EXAMPLES = 64
+
+
+@dataclasses.dataclass
+class ToyPhase(training_config.PhaseConfig):
+    """A phase of the toy run."""
+
+    global_batch_size: int = 8  # examples per optimizer step
+    steps: int = 6  # optimizer steps of this phase
+    learning_rate: float = 0.05  # LAMB's constant rate
+
+
+@dataclasses.dataclass
+class ToyConfig(training_config.RunConfig):
+    """Two phases of 6 steps; windows of 2 steps, checkpoints every 4."""
+
+    log_interval: int = 2  # optimizer steps per progress line
+    checkpoint_interval: int = 4  # optimizer steps between checkpoints
+    phases: list[ToyPhase] = dataclasses.field(
+        default_factory=lambda: [ToyPhase(), ToyPhase(global_batch_size=4)]
+    )
+    strategy: training_config.StrategyConfig = dataclasses.field(
+        default_factory=lambda: training_config.StrategyConfig(name="default")
+    )
+
+
+def load(output_dir, *overrides):
+    return training_config.load_config(ToyConfig, overrides=[f"output_dir={output_dir}",
+                                                              *overrides])
+
+
+class ToyRegression(Recipe):
+    name = "toy"
+    reported_metrics = ("loss", "mean_absolute_error")
+    progress_metrics = (("loss", "loss"), ("mae", "mean_absolute_error"))
+
+    def __init__(self, config):
+        self.config = config
+        self.prepared = False
+        random = np.random.default_rng(0)
+        self.features = random.normal(size=(NUM_EXAMPLES, 4)).astype("float32")
+        self.targets = (self.features @ np.array([[1.0], [-2.0], [0.5], [3.0]], "float32")
+                        + 0.1 * random.normal(size=(NUM_EXAMPLES, 1)).astype("float32"))
+
+    def prepare(self, log):
+        self.prepared = True
+
+    def build_model(self):
+        return keras.Sequential([
+            keras.Input((4,)),
+            keras.layers.Dense(8, activation="tanh", name="hidden"),
+            keras.layers.Dense(1, name="output"),
+        ])
+
+    def build_optimizer(self, phase_index, model):
+        return LAMB(learning_rate=self.config.phases[phase_index].learning_rate,
+                    weight_decay=0.01, record_trust_ratio=True)
+
+    def compile_arguments(self, phase_index):
+        return {"loss": "mean_squared_error", "metrics": ["mean_absolute_error"]}
+
+    def dataset(self, phase_index, batch_size, input_context, shuffle_seed):
+        dataset = tf.data.Dataset.from_tensor_slices((self.features, self.targets))
+        dataset = dataset.shard(input_context.num_input_pipelines,
+                                input_context.input_pipeline_id)
+        if shuffle_seed is not None:
+            dataset = dataset.shuffle(NUM_EXAMPLES, seed=shuffle_seed).repeat()
+        return dataset.batch(batch_size, drop_remainder=True)
+
+    def phase_summary(self, phase_index):
+        return {"learning_rate": self.config.phases[phase_index].learning_rate}
+
+    def summary(self):
+        return {"task": "toy regression"}

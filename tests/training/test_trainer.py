@@ -1,0 +1,196 @@
+"""The trainer on a recipe that is not BERT: progress, summary, resume, unreadable checkpoints.
+
+Runs are the toy regression of `tests.support.toy_recipe` (two phases of 6 steps, windows of
+2, checkpoints every 4); weights are compared through the checkpoint files the runs write.
+"""
+
+import glob
+import os
+import re
+
+import h5py
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from keras_largebatch.training import trainer
+from tests.support.toy_recipe import ToyRegression, load
+
+TRAINING_MODULES = os.path.join(os.path.dirname(trainer.__file__), "*.py")
+
+
+def _run(config, callbacks=(), lines=None):
+    log = (lines.append if lines is not None else lambda line: None)
+    return trainer.train(config, ToyRegression(config), callbacks, log)
+
+
+def _arrays(path):
+    arrays = {}
+    with h5py.File(path, "r") as file:
+        file.visititems(lambda name, item: arrays.__setitem__(name, item[()])
+                        if isinstance(item, h5py.Dataset) else None)
+    return arrays
+
+
+def _assert_same_weights(summary, expected):
+    resumed, reference = _arrays(summary["checkpoint"]), _arrays(expected["checkpoint"])
+    assert resumed.keys() == reference.keys() and len(reference) > 6
+    for name in reference:
+        np.testing.assert_array_equal(resumed[name], reference[name], err_msg=name)
+
+
+class _Interrupt(Exception):
+    pass
+
+
+class _InterruptAfter(keras.callbacks.Callback):
+    """Raises after ``batches`` training calls, like a preemption."""
+
+    def __init__(self, batches):
+        super().__init__()
+        self.batches = batches
+        self.seen = 0
+
+    def on_train_batch_end(self, batch, logs=None):
+        self.seen += 1
+        if self.seen == self.batches:
+            raise _Interrupt(f"interrupted after {self.batches} steps")
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory):
+    config = load(tmp_path_factory.mktemp("uninterrupted"))
+    lines = []
+    return config, _run(config, lines=lines), lines
+
+
+def test_the_harness_knows_no_task():
+    for path in glob.glob(TRAINING_MODULES):
+        with open(path) as stream:
+            text = stream.read().lower()
+        assert not re.search(r"bert|token|mask", text), path
+
+
+def test_progress_lines_summary_and_tensorboard(uninterrupted):
+    config, summary, lines = uninterrupted
+    progress = [line for line in lines if re.match(r"phase \d step ", line)]
+    assert len(progress) == 6  # 3 windows per phase
+    pattern = (r"phase 2 step 4/6 \(global 10\): loss \d+\.\d{4} mae \d+\.\d{4} lr 0\.05 "
+               r"[\d,]+ examples/s, \d+ s elapsed")
+    assert re.fullmatch(pattern, progress[4]), progress[4]
+    assert "phase 1/2: 6 steps of 8 examples, learning_rate 0.05" in lines
+    assert summary["global_steps"] == 12 and summary["resumed_from_step"] is None
+    assert summary["task"] == "toy regression"
+    assert [(p["phase"], p["steps"], p["global_batch_size"], p["learning_rate"])
+            for p in summary["phases"]] == [(1, 6, 8, 0.05), (2, 6, 4, 0.05)]
+    assert all(p["examples_per_second"] > 0 for p in summary["phases"])
+    assert set(summary["initial"]) == {"loss", "mean_absolute_error"}
+    assert summary["final"]["loss"] < summary["initial"]["loss"]
+    assert summary["strategy"]["num_replicas"] == 1
+    assert summary["checkpoint"].endswith("ckpt-000000012.weights.h5")
+    steps = {}
+    for event_file in glob.glob(os.path.join(config.output_dir, "logs", "*")):
+        for event in tf.compat.v1.train.summary_iterator(event_file):
+            for value in event.summary.value:
+                steps.setdefault(value.tag, []).append(event.step)
+    assert sorted(steps["loss"]) == [2, 4, 6, 8, 10, 12]  # the global optimizer step
+    assert {"mean_absolute_error", "learning_rate", "examples_per_second",
+            "trust_ratio_median"} <= set(steps)
+
+
+def test_a_completed_run_reports_its_summary(uninterrupted):
+    config, summary, _ = uninterrupted
+    lines = []
+    assert _run(config, lines=lines) == summary
+    assert len(lines) == 1 and "already complete (12 steps)" in lines[0]
+
+
+def test_resume_after_interruptions_is_bitwise(tmp_path, uninterrupted):
+    _, expected, _ = uninterrupted
+    config = load(tmp_path)
+    lines = []
+    with pytest.raises(_Interrupt):  # phase 1, step 5: the checkpoint of step 4 is the newest
+        _run(config, [_InterruptAfter(5)], lines)
+    with pytest.raises(_Interrupt):  # resumed at step 4, stopped in phase 2
+        _run(config, [_InterruptAfter(5)], lines)
+    assert any("resuming from" in line and "phase 1, step 4" in line for line in lines)
+    summary = _run(config, lines=lines)
+    assert any("phase 2, step 0 (global step 6)" in line for line in lines)
+    assert summary["resumed_from_step"] == 6 and summary["global_steps"] == 12
+    assert summary["initial"] == expected["initial"]
+    _assert_same_weights(summary, expected)
+
+
+def test_a_truncated_newest_checkpoint_resumes_from_the_older_one(tmp_path, uninterrupted):
+    _, expected, _ = uninterrupted
+    config = load(tmp_path)
+    with pytest.raises(_Interrupt):  # phase 2, step 5: checkpoints at global 6 and 10
+        _run(config, [_InterruptAfter(11)])
+    newest = os.path.join(tmp_path, "checkpoints", "ckpt-000000010.weights.h5")
+    with open(newest, "r+b") as stream:
+        stream.truncate(os.path.getsize(newest) // 3)
+    lines = []
+    summary = _run(config, lines=lines)
+    warnings = [line for line in lines if line.startswith("warning:")]
+    assert len(warnings) == 1
+    assert warnings[0].startswith(f"warning: checkpoint {newest} cannot be read (")
+    assert f"kept as {newest}.unreadable" in warnings[0]
+    assert summary["resumed_from_step"] == 6
+    _assert_same_weights(summary, expected)
+    assert os.path.exists(newest + ".unreadable")
+
+
+def test_no_readable_checkpoint_stops_the_run(tmp_path):
+    config = load(tmp_path)
+    with pytest.raises(_Interrupt):
+        _run(config, [_InterruptAfter(11)])
+    directory = os.path.join(tmp_path, "checkpoints")
+    for path in glob.glob(os.path.join(directory, "ckpt-*")):
+        with open(path, "r+b") as stream:
+            stream.truncate(64)
+    before = sorted(os.listdir(directory))
+    with pytest.raises(OSError, match=r"no checkpoint of the run .*ckpt-000000010.*"
+                                      r"ckpt-000000006"):
+        _run(config)
+    assert sorted(os.listdir(directory)) == before
+
+
+def test_shuffled_input_is_reseeded_and_still_trains(tmp_path):
+    config = load(tmp_path)
+    recipe = ToyRegression(config)
+    recipe.deterministic_input = False
+    summary = trainer.train(config, recipe, log=lambda line: None)
+    assert summary["global_steps"] == 12 and np.isfinite(summary["final"]["loss"])
+
+
+def test_two_replicas_equal_one_device(tmp_path, uninterrupted):
+    _, expected, _ = uninterrupted
+    summary = _run(load(tmp_path, "strategy.name=mirrored",
+                        "strategy.devices=['/cpu:0', '/cpu:1']"))
+    assert summary["strategy"]["num_replicas"] == 2
+    reference = _arrays(expected["checkpoint"])
+    for name, value in _arrays(summary["checkpoint"]).items():
+        np.testing.assert_allclose(value, reference[name], rtol=1e-5, atol=1e-6, err_msg=name)
+
+
+def test_a_batch_that_does_not_split_over_the_replicas_is_refused_first(tmp_path):
+    config = load(tmp_path, "phases.1.global_batch_size=3", "strategy.name=mirrored",
+                  "strategy.devices=['/cpu:0', '/cpu:1']")
+    recipe = ToyRegression(config)
+    with pytest.raises(ValueError, match=r"phases.1.global_batch_size=3 / "
+                                         r"gradient_accumulation_steps=1 = 3 examples per "
+                                         r"micro-batch must be divisible by the 2 replicas"):
+        trainer.train(config, recipe, log=lambda line: None)
+    assert not recipe.prepared
+    assert not os.path.exists(os.path.join(tmp_path, "checkpoints"))
+
+
+def test_per_replica_batch_size_with_accumulation():
+    phase = load("unused", "phases.0.global_batch_size=32",
+                 "phases.0.gradient_accumulation_steps=4").phases[0]
+    assert trainer.per_replica_batch_size("phases.0", phase, 2) == 4
+    assert trainer.per_replica_batch_size("phases.0", phase, 8) == 1
+    with pytest.raises(ValueError, match="8 examples per micro-batch must be divisible by the "
+                                         "16 replicas"):
+        trainer.per_replica_batch_size("phases.0", phase, 16)
