@@ -69,6 +69,21 @@ class Recipe:
         """Keras callbacks of the task for a phase, run before the trainer's own."""
         return []
 
+    def evaluation_interval(self, phase_index):
+        """Optimizer steps between evaluations in a phase (a multiple of the run's
+        ``log_interval``), or None (the default) for no evaluation. A phase that evaluates is
+        also evaluated at its end."""
+        return None
+
+    def evaluate(self, model):
+        """Evaluates ``model`` on the task's held-out data; returns a dict of metrics."""
+        raise NotImplementedError
+
+    def target_reached(self, evaluation):
+        """True when an evaluation reaches the task's target, which ends the run there (the
+        MLPerf rule: train until the target quality, report the time it took)."""
+        return False
+
     def phase_summary(self, phase_index):
         """Fields of the task added to a phase's entry in the summary."""
         return {}

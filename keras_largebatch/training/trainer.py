@@ -89,13 +89,15 @@ def train(config, recipe, callbacks=(), log=None):
         log(f"resuming from {state['checkpoint']} at phase {start_phase + 1}, step {start_step} "
             f"(global step {state['global_step']})")
 
-    history = RunHistory(state, recipe.reported_metrics, start_time)
+    history = RunHistory(state, recipe.reported_metrics)
     for index in range(start_phase, len(config.phases)):
         phase_start = start_step if index == start_phase else 0
-        _run_phase(config, recipe, index, phase_start, model, strategy, run, history,
-                   state if index == start_phase and phase_start else None, list(callbacks),
-                   log)
-    summary = history.summary(description, run.state()["checkpoint"])
+        if not _run_phase(config, recipe, index, phase_start, model, strategy, run, history,
+                          state if index == start_phase and phase_start else None,
+                          list(callbacks), log):
+            break  # the recipe's target was reached
+    summary = history.summary(description, run.state()["checkpoint"],
+                              time.perf_counter() - start_time)
     summary.update(recipe.summary())
     run.write_summary(summary)
     return summary
@@ -175,6 +177,8 @@ def _run_phase(config, recipe, index, start_step, model, strategy, run, history,
     if full_windows_end < phase.steps:
         segments.append((full_windows_end, phase.steps, phase.steps - full_windows_end))
     for first_step, end_step, window in segments:
+        if history.target is not None:
+            break
         model.fit(
             make_phase_dataset(strategy, recipe, index, phase, first_step),
             epochs=(end_step - first_step) // window,
@@ -183,12 +187,13 @@ def _run_phase(config, recipe, index, start_step, model, strategy, run, history,
             shuffle=False,
             verbose=0,
         )
-    if windows.step != phase.steps:
+    if windows.step != phase.steps and history.target is None:
         raise RuntimeError(
             f"phase {index + 1} stopped at step {windows.step} of {phase.steps}: a callback "
             f"stopped training early; the newest checkpoint is in {run.checkpoint_dir}"
         )
     history.end_phase(index, phase, recipe.phase_summary(index))
+    return history.target is None
 
 
 class _LoggingWindows(keras.callbacks.Callback):
@@ -225,7 +230,10 @@ class _LoggingWindows(keras.callbacks.Callback):
         metrics = {name: float(value) for name, value in (logs or {}).items()}
         metrics["examples_per_second"] = examples_per_second
         self.history.add_window(global_step, metrics, steps, seconds, self.phase.global_batch_size)
-        self.run.write_scalars(global_step, metrics)
+        evaluation = self._evaluate(global_step)
+        self.run.write_scalars(global_step, {
+            **metrics, **{f"eval_{name}": value for name, value in (evaluation or {}).items()}
+        })
         reported = " ".join(f"{label} {metrics[name]:.4f}"
                             for label, name in self.recipe.progress_metrics)
         self.log(
@@ -234,37 +242,67 @@ class _LoggingWindows(keras.callbacks.Callback):
             f"lr {metrics.get('learning_rate', float('nan')):.3g} "
             f"{examples_per_second:,.0f} examples/s, {self.history.elapsed():.0f} s elapsed"
         )
-        if self.step % self.config.checkpoint_interval == 0 or self.step == self.phase.steps:
+        complete = ((self.phase_index == len(self.config.phases) - 1
+                     and self.step == self.phase.steps) or self.history.target is not None)
+        if (self.step % self.config.checkpoint_interval == 0 or self.step == self.phase.steps
+                or complete):
             path = self.run.save_checkpoint(self.model, {
                 "phase": self.phase_index,
                 "step": self.step,
                 "global_step": global_step,
-                "complete": (self.phase_index == len(self.config.phases) - 1
-                             and self.step == self.phase.steps),
-                "initial": self.history.initial,
+                "complete": complete,
                 # Kept in the state too, so a run killed between its last checkpoint and its
                 # summary can still write the summary without training again.
-                "final": self.history.final,
+                **self.history.state(),
             })
             self.log(f"checkpoint {path}")
+        if self.history.target is not None:
+            self.model.stop_training = True
+
+    def _evaluate(self, global_step):
+        interval = self.recipe.evaluation_interval(self.phase_index)
+        if not interval or (self.step % interval and self.step != self.phase.steps):
+            return None
+        evaluation = {name: float(value)
+                      for name, value in self.recipe.evaluate(self.model).items()}
+        reached = self.recipe.target_reached(evaluation)
+        self.history.add_evaluation(global_step, evaluation, reached)
+        self.log(f"evaluation at global step {global_step}: "
+                 + " ".join(f"{name} {value:.4f}" for name, value in evaluation.items())
+                 + (f"; target reached after {self.history.elapsed():.0f} s of training"
+                    if reached else ""))
+        return evaluation
 
 
 class RunHistory:
-    """What the summary reports: first and last window metrics and training throughput."""
+    """What the summary reports: first and last window metrics, evaluations and throughput.
 
-    def __init__(self, state, reported_metrics, start_time):
+    Training time (``elapsed``) adds up over the processes of a resumed run: each checkpoint
+    keeps the time trained up to it, compilation and evaluation included.
+    """
+
+    def __init__(self, state, reported_metrics):
+        state = state or {}
         self.reported_metrics = reported_metrics
-        self.start_time = start_time
-        self.initial = None if state is None else state["initial"]
-        self.final = None if state is None else state.get("final")
-        self.resumed_from = None if state is None else state["global_step"]
-        self.global_step = 0 if state is None else state["global_step"]
+        self.initial = state.get("initial")
+        self.final = state.get("final")
+        self.evaluations = state.get("evaluations", [])
+        self.target = state.get("target")
+        self.resumed_from = state.get("global_step")
+        self.global_step = state.get("global_step", 0)
+        self._elapsed_before = state.get("elapsed_seconds", 0.0)
+        self._start = time.perf_counter()
         self.phases = []
         self._windows = []
 
     def elapsed(self):
-        """Seconds since this process started the run."""
-        return time.perf_counter() - self.start_time
+        """Seconds of training so far, over every process of the run."""
+        return self._elapsed_before + time.perf_counter() - self._start
+
+    def state(self):
+        """What a checkpoint keeps of the history, for a resumed run's summary."""
+        return {"initial": self.initial, "final": self.final, "evaluations": self.evaluations,
+                "target": self.target, "elapsed_seconds": self.elapsed()}
 
     def add_window(self, global_step, metrics, steps, seconds, global_batch_size):
         reported = {name: metrics[name] for name in self.reported_metrics}
@@ -273,6 +311,13 @@ class RunHistory:
         self.final = reported
         self.global_step = global_step
         self._windows.append((steps * global_batch_size, seconds))
+
+    def add_evaluation(self, global_step, evaluation, reached):
+        elapsed = self.elapsed()
+        self.evaluations.append({"global_step": global_step, "elapsed_seconds": elapsed,
+                                 **evaluation})
+        if reached and self.target is None:
+            self.target = {"global_step": global_step, "seconds": elapsed}
 
     def end_phase(self, index, phase, recipe_fields):
         # The first window of each fit includes tracing and compilation.
@@ -288,9 +333,9 @@ class RunHistory:
         })
         self._windows = []
 
-    def summary(self, strategy_description, checkpoint):
+    def summary(self, strategy_description, checkpoint, wall_time):
         rates = [p["examples_per_second"] for p in self.phases if p["examples_per_second"]]
-        return {
+        summary = {
             "global_steps": self.global_step,
             "examples_per_second": float(np.mean(rates)) if rates else None,
             "initial": self.initial,
@@ -298,9 +343,14 @@ class RunHistory:
             "phases": self.phases,
             "strategy": strategy_description,
             "resumed_from_step": self.resumed_from,
-            "wall_time_seconds": self.elapsed(),
+            "wall_time_seconds": wall_time,
             "checkpoint": checkpoint,
         }
+        if self.evaluations:
+            summary["evaluations"] = self.evaluations
+            summary["target_reached_at_step"] = (self.target or {}).get("global_step")
+            summary["time_to_target_seconds"] = (self.target or {}).get("seconds")
+        return summary
 
 
 def _stderr_logger(name):

@@ -50,8 +50,10 @@ class ToyRegression(Recipe):
     reported_metrics = ("loss", "mean_absolute_error")
     progress_metrics = (("loss", "loss"), ("mae", "mean_absolute_error"))
 
-    def __init__(self, config):
+    def __init__(self, config, evaluation_interval=None, target_loss=None):
         self.config = config
+        self.interval = evaluation_interval
+        self.target_loss = target_loss
         self.prepared = False
         random = np.random.default_rng(0)
         self.features = random.normal(size=(NUM_EXAMPLES, 4)).astype("float32")
@@ -82,6 +84,16 @@ class ToyRegression(Recipe):
         if shuffle_seed is not None:
             dataset = dataset.shuffle(NUM_EXAMPLES, seed=shuffle_seed).repeat()
         return dataset.batch(batch_size, drop_remainder=True)
+
+    def evaluation_interval(self, phase_index):
+        return self.interval
+
+    def evaluate(self, model):
+        return model.evaluate(self.features, self.targets, batch_size=NUM_EXAMPLES, verbose=0,
+                              return_dict=True)
+
+    def target_reached(self, evaluation):
+        return self.target_loss is not None and evaluation["loss"] <= self.target_loss
 
     def phase_summary(self, phase_index):
         return {"learning_rate": self.config.phases[phase_index].learning_rate}

@@ -194,3 +194,31 @@ def test_per_replica_batch_size_with_accumulation():
     with pytest.raises(ValueError, match="8 examples per micro-batch must be divisible by the "
                                          "16 replicas"):
         trainer.per_replica_batch_size("phases.0", phase, 16)
+
+
+def test_evaluations_and_a_reached_target_end_the_run(tmp_path):
+    config = load(tmp_path)
+    lines = []
+    recipe = ToyRegression(config, evaluation_interval=4)
+    summary = trainer.train(config, recipe, log=lines.append)
+    # Every 4 steps and at each phase's end: global steps 4, 6, 10, 12.
+    assert [e["global_step"] for e in summary["evaluations"]] == [4, 6, 10, 12]
+    assert summary["target_reached_at_step"] is None and summary["time_to_target_seconds"] is None
+    losses = [e["loss"] for e in summary["evaluations"]]
+    # A target between the first and second evaluation's loss stops the run at global step 6.
+    target = (losses[0] + losses[1]) / 2
+    assert losses[1] < target < losses[0]
+    stopped = tmp_path / "stopped"
+    config = load(stopped)
+    lines = []
+    summary = trainer.train(config, ToyRegression(config, 4, target), log=lines.append)
+    assert summary["global_steps"] == 6 and summary["target_reached_at_step"] == 6
+    assert 0 < summary["time_to_target_seconds"] <= summary["wall_time_seconds"]
+    assert [p["phase"] for p in summary["phases"]] == [1]
+    assert any("evaluation at global step 6: loss" in line and "target reached" in line
+               for line in lines)
+    assert not any(line.startswith("phase 2") for line in lines)
+    assert os.listdir(stopped / "checkpoints").count("ckpt-000000006.weights.h5") == 1
+    lines = []
+    assert trainer.train(config, ToyRegression(config, 4, target), log=lines.append) == summary
+    assert "already complete (6 steps)" in lines[0]
