@@ -31,8 +31,6 @@ The run directory, checkpoints, resume and logging are `keras_largebatch.trainin
 BERT is `keras_largebatch.bert.recipe.BertPretraining`.
 """
 
-import argparse
-import json
 import sys
 
 from keras_largebatch.bert import config as config_lib
@@ -42,7 +40,7 @@ from keras_largebatch.bert.recipe import (
     build_model,
     build_optimizer,
 )
-from keras_largebatch.training import trainer
+from keras_largebatch.training import command, trainer
 from keras_largebatch.training.run_directory import SUMMARY_FILENAME
 
 __all__ = ["REPORTED_METRICS", "SUMMARY_FILENAME", "build_model", "build_optimizer",
@@ -76,41 +74,18 @@ def pretrain(config, callbacks=(), log=None):
 
 def build_parser():
     """The command line of ``keras-largebatch-pretrain``."""
-    parser = argparse.ArgumentParser(
-        prog="keras-largebatch-pretrain",
-        description="Pretrain BERT with LAMB. With no arguments: the embedded default job "
-                    "(BERT-tiny on the default corpus, a few minutes on a CPU).",
-        epilog="Overrides use dotted keys and YAML values, e.g. model.size=mini "
-               "phases.0.steps=100 phases.0.peak_learning_rate=6.0e-3 "
-               "optimizer.global_clipnorm=null strategy.name=tpu mixed_precision=mixed_bfloat16",
+    return command.build_parser(
+        "keras-largebatch-pretrain",
+        "Pretrain BERT with LAMB. With no arguments: the embedded default job (BERT-tiny on the "
+        "default corpus, a few minutes on a CPU).",
+        "model.size=mini phases.0.steps=100 phases.0.peak_learning_rate=6.0e-3 "
+        "optimizer.global_clipnorm=null strategy.name=tpu mixed_precision=mixed_bfloat16",
     )
-    parser.add_argument("--config", default=None, metavar="FILE.yaml",
-                        help="YAML file with any subset of the config's fields (default: the "
-                             "embedded defaults)")
-    parser.add_argument("--print_config", action="store_true",
-                        help="print the resolved config as YAML and exit without training")
-    parser.add_argument("overrides", nargs="*", metavar="KEY=VALUE",
-                        help="config overrides applied after the file")
-    return parser
 
 
 def main(argv=None):
     """Entry point of ``keras-largebatch-pretrain``; returns the process exit status."""
-    args = build_parser().parse_args(argv)
-    try:
-        config = config_lib.load_config(args.config, args.overrides)
-        if args.print_config:
-            print(config.to_yaml(), end="")
-            return 0
-        summary = pretrain(config)
-    except (TypeError, ValueError, OSError, RuntimeError) as error:
-        # TypeError/ValueError: a bad config value; OSError: missing files, output that would
-        # be overwritten, or no readable checkpoint; RuntimeError: get_strategy cannot find or
-        # reach the TPU.
-        print(f"keras-largebatch-pretrain: error: {error}", file=sys.stderr)
-        return 2
-    print(json.dumps(summary, indent=2))
-    return 0
+    return command.run_command(build_parser(), argv, config_lib.load_config, pretrain)
 
 
 if __name__ == "__main__":
