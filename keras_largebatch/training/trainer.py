@@ -230,10 +230,6 @@ class _LoggingWindows(keras.callbacks.Callback):
         metrics = {name: float(value) for name, value in (logs or {}).items()}
         metrics["examples_per_second"] = examples_per_second
         self.history.add_window(global_step, metrics, steps, seconds, self.phase.global_batch_size)
-        evaluation = self._evaluate(global_step)
-        self.run.write_scalars(global_step, {
-            **metrics, **{f"eval_{name}": value for name, value in (evaluation or {}).items()}
-        })
         reported = " ".join(f"{label} {metrics[name]:.4f}"
                             for label, name in self.recipe.progress_metrics)
         self.log(
@@ -242,6 +238,10 @@ class _LoggingWindows(keras.callbacks.Callback):
             f"lr {metrics.get('learning_rate', float('nan')):.3g} "
             f"{examples_per_second:,.0f} examples/s, {self.history.elapsed():.0f} s elapsed"
         )
+        evaluation = self._evaluate(global_step)
+        self.run.write_scalars(global_step, {
+            **metrics, **{f"eval_{name}": value for name, value in (evaluation or {}).items()}
+        })
         complete = ((self.phase_index == len(self.config.phases) - 1
                      and self.step == self.phase.steps) or self.history.target is not None)
         if (self.step % self.config.checkpoint_interval == 0 or self.step == self.phase.steps

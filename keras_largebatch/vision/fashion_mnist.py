@@ -1,0 +1,83 @@
+"""Fashion-MNIST (Xiao, Rasul, Vollgraf 2017, arXiv:1708.07747), read offline.
+
+`keras.datasets.fashion_mnist.load_data` reads the four gzip files from the Keras cache
+(``$KERAS_HOME/datasets/fashion-mnist``, ``~/.keras`` by default) and downloads them when
+they are missing. Here nothing is downloaded: missing cache files are copied from the Debian
+package ``dataset-fashion-mnist`` (``/usr/share/datasets/fashion-mnist``, same file names), and
+without either the error says how to get them, before any training.
+"""
+
+import os
+import shutil
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+FILES = (
+    "train-labels-idx1-ubyte.gz",
+    "train-images-idx3-ubyte.gz",
+    "t10k-labels-idx1-ubyte.gz",
+    "t10k-images-idx3-ubyte.gz",
+)
+DEBIAN_DIR = "/usr/share/datasets/fashion-mnist"
+NUM_TRAIN_EXAMPLES = 60000
+NUM_CLASSES = 10
+IMAGE_SHAPE = (28, 28, 1)
+# Pixel mean and standard deviation of the 60,000 training images.
+PIXEL_MEAN = 72.94
+PIXEL_STDDEV = 90.02
+
+
+def keras_cache_dir():
+    """Where `keras.datasets.fashion_mnist` caches its files: Keras's home (``$KERAS_HOME``,
+    else ``~/.keras``, else ``/tmp/.keras`` when the home directory is not writable, as Keras
+    decides when it is imported) + ``datasets/fashion-mnist``."""
+    keras_home = os.environ.get("KERAS_HOME")
+    if keras_home is None:
+        base = os.path.expanduser("~")
+        keras_home = os.path.join(base if os.access(base, os.W_OK) else "/tmp", ".keras")
+    return os.path.join(keras_home, "datasets", "fashion-mnist")
+
+
+def ensure_cached(cache_dir=None, source_dir=None):
+    """Makes sure the Keras cache (``cache_dir``, default `keras_cache_dir`) holds the four
+    files, copying missing ones from ``source_dir`` (default `DEBIAN_DIR`); returns the cache
+    directory. Raises FileNotFoundError, naming what is
+    missing and how to get it, when neither place has them."""
+    cache_dir = cache_dir or keras_cache_dir()
+    source_dir = source_dir or DEBIAN_DIR
+    missing = [name for name in FILES if not os.path.exists(os.path.join(cache_dir, name))]
+    unavailable = [name for name in missing
+                   if not os.path.exists(os.path.join(source_dir, name))]
+    if unavailable:
+        raise FileNotFoundError(
+            f"Fashion-MNIST is not available offline: {unavailable} are in neither the Keras "
+            f"cache {cache_dir} nor {source_dir}. Install the Debian package "
+            "(apt-get install dataset-fashion-mnist), or on a machine with internet access run "
+            "python -c 'import keras; keras.datasets.fashion_mnist.load_data()' and copy "
+            f"{os.path.dirname(cache_dir)}/fashion-mnist here"
+        )
+    if missing:
+        os.makedirs(cache_dir, exist_ok=True)
+        for name in missing:
+            # Copied under a temporary name first, so an interrupted copy is never cached.
+            temporary = os.path.join(cache_dir, f".{name}.partial")
+            shutil.copyfile(os.path.join(source_dir, name), temporary)
+            os.replace(temporary, os.path.join(cache_dir, name))
+    return cache_dir
+
+
+def load(source_dir=None):
+    """``(train_images, train_labels), (test_images, test_labels)``: uint8 images of shape
+    ``(n, 28, 28, 1)`` and int64 labels in [0, 10), read by `keras.datasets.fashion_mnist`
+    from its cache after `ensure_cached`."""
+    ensure_cached(source_dir=source_dir)
+    (train_x, train_y), (test_x, test_y) = keras.datasets.fashion_mnist.load_data()
+    return ((train_x[..., None], train_y.astype(np.int64)),
+            (test_x[..., None], test_y.astype(np.int64)))
+
+
+def normalize(images, labels):
+    """Maps uint8 images to float32 of zero mean and unit variance over the training set."""
+    return (tf.cast(images, tf.float32) - PIXEL_MEAN) / PIXEL_STDDEV, labels

@@ -1,0 +1,62 @@
+"""Image classifiers on keras-hub's `ResNetBackbone`: ResNet-18/34/50 and a small ResNet.
+
+ResNet-50 is the v1.5 shape of the MLPerf and TF Model Garden references (He et al. 2016,
+"Deep Residual Learning for Image Recognition", arXiv:1512.03385; v1.5 strides the 3x3
+convolution of a bottleneck rather than its first 1x1, which keras-hub's bottleneck block
+does). "small" is a two-stage ResNet for 28x28 images (Fashion-MNIST).
+"""
+
+import keras
+import keras_hub
+
+from keras_largebatch import _checks
+
+# Arguments of keras_hub.models.ResNetBackbone per architecture.
+ARCHITECTURES = {
+    "small": dict(input_conv_filters=[64], input_conv_kernel_sizes=[3],
+                  stackwise_num_filters=[64, 128], stackwise_num_blocks=[1, 1],
+                  stackwise_num_strides=[1, 2], block_type="basic_block"),
+    "resnet18": dict(input_conv_filters=[64], input_conv_kernel_sizes=[7],
+                     stackwise_num_filters=[64, 128, 256, 512],
+                     stackwise_num_blocks=[2, 2, 2, 2], stackwise_num_strides=[1, 2, 2, 2],
+                     block_type="basic_block"),
+    "resnet34": dict(input_conv_filters=[64], input_conv_kernel_sizes=[7],
+                     stackwise_num_filters=[64, 128, 256, 512],
+                     stackwise_num_blocks=[3, 4, 6, 3], stackwise_num_strides=[1, 2, 2, 2],
+                     block_type="basic_block"),
+    "resnet50": dict(input_conv_filters=[64], input_conv_kernel_sizes=[7],
+                     stackwise_num_filters=[64, 128, 256, 512],
+                     stackwise_num_blocks=[3, 4, 6, 3], stackwise_num_strides=[1, 2, 2, 2],
+                     block_type="bottleneck_block"),
+}
+
+
+def image_classifier(architecture, num_classes, image_shape, dtype=None,
+                     sync_batch_norm=False):
+    """A `keras_hub.models.ResNetImageClassifier` (global average pooling, one dense layer)
+    that outputs logits; built offline, with fresh weights.
+
+    Args:
+        architecture: a key of `ARCHITECTURES`.
+        num_classes: classes of the head.
+        image_shape: ``(height, width, channels)`` of the input.
+        dtype: a dtype policy name such as ``"mixed_bfloat16"``, or None.
+        sync_batch_norm: compute the batch-norm statistics of a training step over all
+            replicas (TensorFlow backend) instead of per replica. Per-replica statistics are
+            the usual practice at scale (the MLPerf references); synchronized ones make a
+            multi-replica step equal the single-device step of the same global batch.
+    """
+    _checks.check_choice("architecture", architecture, tuple(ARCHITECTURES))
+    _checks.check_integer("num_classes", num_classes, low=2)
+    backbone = keras_hub.models.ResNetBackbone(
+        image_shape=tuple(image_shape), dtype=dtype, **ARCHITECTURES[architecture]
+    )
+    _checks.check_bool("sync_batch_norm", sync_batch_norm)
+    if sync_batch_norm:
+        for layer in backbone.layers:
+            if isinstance(layer, keras.layers.BatchNormalization):
+                # Read when the training step is traced (Keras's `ops.moments`).
+                layer.synchronized = True
+    return keras_hub.models.ResNetImageClassifier(
+        backbone=backbone, num_classes=num_classes, activation=None, dtype=dtype
+    )

@@ -1,0 +1,151 @@
+"""Image classification as a recipe of the trainer: ResNet with LARS, the MLPerf way.
+
+The MLPerf ResNet-50 reference (mlcommons/training ``image_classification``) trains with LARS
+(You, Gitman, Ginsburg 2017, "Large Batch Training of Convolutional Networks",
+arXiv:1708.03888), a linear warmup over epochs then power-2 decay (`LarsMLPerfSchedule`),
+label smoothing 0.1, batch-norm parameters and biases excluded from weight decay and
+adaptation (LARS's default rule), evaluates every few epochs and stops at a target top-1
+accuracy. `keras_largebatch.vision.train` is the command around it.
+"""
+
+import keras
+import tensorflow as tf
+
+from keras_largebatch.optimizers import LARS, ExclusionRule
+from keras_largebatch.schedules import LarsMLPerfSchedule
+from keras_largebatch.training.recipe import Recipe
+from keras_largebatch.vision import fashion_mnist
+from keras_largebatch.vision import input_pipeline
+from keras_largebatch.vision.model import image_classifier
+
+
+class ImageClassification(Recipe):
+    """Trains the classifier that a `vision.config.TrainConfig` describes."""
+
+    name = "train"
+    reported_metrics = ("loss", "accuracy", "top5_accuracy")
+    progress_metrics = (("loss", "loss"), ("acc", "accuracy"))
+
+    def __init__(self, config):
+        self.config = config
+        self.deterministic_input = config.data.deterministic
+        self.input_seed = config.data.seed
+        self._arrays = None
+
+    def prepare(self, log):
+        config, data = self.config, self.config.data
+        micro_batch = max(p.global_batch_size // p.gradient_accumulation_steps
+                          for p in config.phases)
+        if data.dataset == "fashion_mnist":
+            (train_x, train_y), (test_x, test_y) = fashion_mnist.load()
+            self._arrays = {"train": (train_x, train_y), "eval": (test_x, test_y)}
+            for split, (images, _) in self._arrays.items():
+                batch = micro_batch if split == "train" else data.eval_batch_size
+                if len(images) < batch:
+                    raise ValueError(
+                        f"Fashion-MNIST's {split} split holds {len(images)} images, fewer "
+                        f"than one batch of {batch}"
+                    )
+            log(f"Fashion-MNIST: {len(train_x)} training and {len(test_x)} test images")
+            return
+        for files, batch in ((data.train_files, micro_batch),
+                             (data.eval_files, data.eval_batch_size)):
+            input_pipeline.check_imagenet_input(files, batch, None, config.model.num_classes,
+                                                data.label_offset)
+
+    def build_model(self):
+        model = self.config.model
+        channels = 1 if self.config.data.dataset == "fashion_mnist" else 3
+        return image_classifier(model.architecture, model.num_classes,
+                                (model.image_size, model.image_size, channels),
+                                dtype=self.config.mixed_precision,
+                                sync_batch_norm=model.sync_batch_norm)
+
+    def build_optimizer(self, phase_index, model):
+        phase, optimizer = self.config.phases[phase_index], self.config.optimizer
+        schedule = LarsMLPerfSchedule(
+            peak_learning_rate=phase.peak_learning_rate,
+            steps_per_epoch=self.config.num_train_examples() / phase.global_batch_size,
+            warmup_epochs=phase.warmup_epochs,
+            total_steps=phase.steps,
+            end_learning_rate=phase.end_learning_rate,
+            power=phase.power,
+        )
+        accumulation = phase.gradient_accumulation_steps
+        if optimizer.name == "lars":
+            return LARS(
+                learning_rate=schedule, momentum=optimizer.momentum,
+                trust_coefficient=optimizer.trust_coefficient, epsilon=optimizer.epsilon,
+                weight_decay=optimizer.weight_decay, nesterov=optimizer.nesterov,
+                record_trust_ratio=True,
+                gradient_accumulation_steps=accumulation if accumulation > 1 else None,
+            )
+        sgd = keras.optimizers.SGD(learning_rate=schedule, momentum=optimizer.momentum,
+                                   nesterov=optimizer.nesterov,
+                                   weight_decay=optimizer.weight_decay or None)
+        # The same variables as LARS's default rule: batch-norm parameters and biases.
+        rule = ExclusionRule(None, "exclude_from_weight_decay")
+        sgd.exclude_from_weight_decay(
+            var_list=[variable for variable in model.trainable_variables
+                      if rule.excludes(variable)])
+        return sgd
+
+    def compile_arguments(self, phase_index):
+        return {
+            "loss": keras.losses.CategoricalCrossentropy(
+                from_logits=True, label_smoothing=self.config.model.label_smoothing),
+            "metrics": [keras.metrics.CategoricalAccuracy(name="accuracy"),
+                        keras.metrics.TopKCategoricalAccuracy(k=5, name="top5_accuracy")],
+        }
+
+    def dataset(self, phase_index, batch_size, input_context, shuffle_seed):
+        return self._dataset("train", batch_size, input_context, shuffle_seed)
+
+    def _dataset(self, split, batch_size, input_context, shuffle_seed):
+        config, data = self.config, self.config.data
+        num_classes = config.model.num_classes
+        training = split == "train"
+        if data.dataset == "fashion_mnist":
+            images, labels = self._arrays[split]
+            dataset = tf.data.Dataset.from_tensor_slices((images, labels))
+            if input_context is not None:
+                dataset = dataset.shard(input_context.num_input_pipelines,
+                                        input_context.input_pipeline_id)
+            if training:
+                # A fixed order is still shuffled, by the data seed, anew on every pass.
+                seed = data.seed if shuffle_seed is None else shuffle_seed
+                dataset = dataset.shuffle(len(images), seed=seed, reshuffle_each_iteration=True)
+                if shuffle_seed is not None:
+                    dataset = dataset.repeat()
+            dataset = dataset.batch(batch_size, drop_remainder=training).map(
+                fashion_mnist.normalize, num_parallel_calls=tf.data.AUTOTUNE)
+        else:
+            dataset = input_pipeline.make_imagenet_dataset(
+                data.train_files if training else data.eval_files, config.model.image_size,
+                batch_size, is_training=training, input_context=input_context,
+                shuffle_seed=shuffle_seed if training else None,
+                label_offset=data.label_offset, num_classes=num_classes,
+                augmentation_seed=data.seed, shuffle_buffer_size=data.shuffle_buffer_size)
+        return dataset.map(lambda images, labels: (images, tf.one_hot(labels, num_classes)))
+
+    def evaluation_interval(self, phase_index):
+        return self.config.eval_interval
+
+    def evaluate(self, model):
+        dataset = self._dataset("eval", self.config.data.eval_batch_size, None, None)
+        return model.evaluate(dataset, verbose=0, return_dict=True)
+
+    def target_reached(self, evaluation):
+        target = self.config.target_accuracy
+        return target is not None and evaluation["accuracy"] >= target
+
+    def phase_summary(self, phase_index):
+        phase = self.config.phases[phase_index]
+        return {"epochs": phase.steps * phase.global_batch_size
+                / self.config.num_train_examples()}
+
+    def summary(self):
+        return {"architecture": self.config.model.architecture,
+                "dataset": self.config.data.dataset,
+                "optimizer": self.config.optimizer.name,
+                "target_accuracy": self.config.target_accuracy}

@@ -1,0 +1,47 @@
+"""Image classification with LARS: the ``keras-largebatch-train-images`` command.
+
+    python -m keras_largebatch.vision.train [--config FILE.yaml] [key=value ...]
+
+With no arguments this is the embedded default job: the small ResNet with LARS on
+Fashion-MNIST (read offline, see `keras_largebatch.vision.fashion_mnist`), evaluated every
+epoch on the 10,000 test images, until 90% top-1 accuracy. ``--config
+tpu_configs/resnet50_lars_32k.yaml`` with ``data.train_files`` and ``data.eval_files`` is the
+MLPerf ResNet-50 recipe on ImageNet records. `config.TrainConfig` lists every setting.
+
+The run directory, checkpoints, resume, progress lines, TensorBoard scalars and
+``summary.json`` are those of every recipe (`keras_largebatch.training.trainer`); the summary
+adds the evaluations, ``target_reached_at_step`` and ``time_to_target_seconds`` (training time,
+over resumes, evaluation included).
+"""
+
+import sys
+
+from keras_largebatch.training import command, trainer
+from keras_largebatch.vision import config as config_lib
+from keras_largebatch.vision.recipe import ImageClassification
+
+
+def train(config, callbacks=(), log=None):
+    """Runs (or resumes, or reports) the run that ``config`` (a `config.TrainConfig`)
+    describes; returns its summary (`keras_largebatch.training.trainer.train`)."""
+    return trainer.train(config.validate(), ImageClassification(config), callbacks, log)
+
+
+def build_parser():
+    """The command line of ``keras-largebatch-train-images``."""
+    return command.build_parser(
+        "keras-largebatch-train-images",
+        "Train an image classifier with LARS. With no arguments: the embedded default job "
+        "(a small ResNet on Fashion-MNIST to 90% accuracy, a few minutes on a CPU).",
+        "model.architecture=resnet50 phases.0.global_batch_size=32768 "
+        "data.dataset=imagenet data.train_files=['gs://bucket/train-*'] strategy.name=tpu",
+    )
+
+
+def main(argv=None):
+    """Entry point of ``keras-largebatch-train-images``; returns the process exit status."""
+    return command.run_command(build_parser(), argv, config_lib.load_config, train)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

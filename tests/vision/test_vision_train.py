@@ -1,0 +1,213 @@
+"""The image-classification recipe: Fashion-MNIST offline, the command, ImageNet records with
+LARS on 1 and 2 replicas, exact resume, and bad input refused before training."""
+
+import gzip
+import json
+import os
+import subprocess
+import sys
+
+import h5py
+import keras
+import numpy as np
+import pytest
+
+from keras_largebatch.vision import config as config_lib
+from keras_largebatch.vision import fashion_mnist
+from keras_largebatch.vision import train as train_lib
+from tests.support.imagenet_records import write_imagenet_records
+
+REPOSITORY = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def _write_idx(path, array):
+    """An IDX file as the Fashion-MNIST distribution ships it (LeCun et al.'s MNIST format):
+    magic number (0, 0, dtype 0x08 = uint8, rank), big-endian int32 sizes, the bytes; gzipped."""
+    header = bytes([0, 0, 8, array.ndim]) + b"".join(
+        int(size).to_bytes(4, "big") for size in array.shape)
+    with gzip.open(path, "wb") as stream:
+        stream.write(header + array.astype(np.uint8).tobytes())
+
+
+def _write_fashion_mnist(directory, num_train=256, num_test=100):
+    """Tiny Fashion-MNIST files: class c has brightness 20 * c plus noise, so it is learnable."""
+    random = np.random.default_rng(0)
+    os.makedirs(directory, exist_ok=True)
+    arrays = {}
+    for split, count in (("train", num_train), ("t10k", num_test)):
+        labels = np.arange(count) % 10
+        images = 20 * labels[:, None, None] + random.integers(0, 40, (count, 28, 28))
+        _write_idx(os.path.join(directory, f"{split}-labels-idx1-ubyte.gz"), labels)
+        _write_idx(os.path.join(directory, f"{split}-images-idx3-ubyte.gz"), images)
+        arrays[split] = (images, labels)
+    return arrays
+
+
+def test_the_cache_is_filled_from_the_debian_files(tmp_path):
+    arrays = _write_fashion_mnist(tmp_path / "debian")
+    cache = tmp_path / "keras" / "datasets" / "fashion-mnist"
+    (cache.parent).mkdir(parents=True)
+    assert fashion_mnist.ensure_cached(str(cache), str(tmp_path / "debian")) == str(cache)
+    assert sorted(os.listdir(cache)) == sorted(fashion_mnist.FILES)
+    with gzip.open(cache / "t10k-labels-idx1-ubyte.gz") as stream:
+        np.testing.assert_array_equal(np.frombuffer(stream.read(), np.uint8, offset=8),
+                                      arrays["t10k"][1])
+    # Files already cached are kept as they are, also when the package is gone.
+    (cache / "t10k-labels-idx1-ubyte.gz").write_bytes(b"mine")
+    fashion_mnist.ensure_cached(str(cache), str(tmp_path / "nowhere"))
+    assert (cache / "t10k-labels-idx1-ubyte.gz").read_bytes() == b"mine"
+
+
+def test_without_the_data_the_error_says_how_to_get_it(tmp_path):
+    with pytest.raises(FileNotFoundError, match=r"not available offline.*train-labels-idx1-"
+                                                r"ubyte.gz.*apt-get install dataset-fashion-"
+                                                r"mnist.*fashion_mnist.load_data"):
+        fashion_mnist.ensure_cached(str(tmp_path / "cache"), str(tmp_path / "nowhere"))
+    assert not os.path.exists(tmp_path / "cache")
+
+
+def _command(tmp_path, *overrides):
+    environment = dict(os.environ, KERAS_HOME=str(tmp_path / "keras"), PYTHONPATH=REPOSITORY)
+    return subprocess.run(
+        [sys.executable, "-m", "keras_largebatch.vision.train", f"output_dir={tmp_path / 'run'}",
+         *overrides], env=environment, capture_output=True, text=True, timeout=300)
+
+
+def test_the_command_trains_until_the_target_on_fashion_mnist_files(tmp_path):
+    _write_fashion_mnist(tmp_path / "keras" / "datasets" / "fashion-mnist")
+    finished = _command(
+        tmp_path, "phases.0.global_batch_size=32", "phases.0.steps=32",
+        "phases.0.warmup_epochs=0.5", "phases.0.peak_learning_rate=2.0",
+        "data.num_train_examples=256", "data.eval_batch_size=50", "log_interval=4",
+        "checkpoint_interval=8", "eval_interval=8", "target_accuracy=0.0")
+    assert finished.returncode == 0, finished.stderr[-3000:]
+    summary = json.loads(finished.stdout)
+    # Any accuracy reaches a target of 0, so the first evaluation ends the run, at step 8 of
+    # 32 (the trainer's test on a toy task checks a target reached later).
+    assert [evaluation["global_step"] for evaluation in summary["evaluations"]] == [8]
+    assert 0 <= summary["evaluations"][0]["accuracy"] <= 1
+    assert summary["target_reached_at_step"] == summary["global_steps"] == 8
+    assert 0 < summary["time_to_target_seconds"] < summary["wall_time_seconds"]
+    assert summary["dataset"] == "fashion_mnist" and summary["optimizer"] == "lars"
+    assert "Fashion-MNIST: 256 training and 100 test images" in finished.stderr
+    assert "target reached" in finished.stderr
+
+
+def test_the_command_without_data_fails_before_training(tmp_path):
+    finished = _command(tmp_path)
+    if os.path.exists(os.path.join(fashion_mnist.DEBIAN_DIR, fashion_mnist.FILES[0])):
+        pytest.skip("the Debian package is installed here, so the data is found")
+    assert finished.returncode == 2
+    assert "apt-get install dataset-fashion-mnist" in finished.stderr
+    assert not os.path.exists(tmp_path / "run" / "checkpoints")
+
+
+@pytest.fixture(scope="module")
+def records(tmp_path_factory):
+    directory = tmp_path_factory.mktemp("imagenet")
+    labels = [1 + index % 10 for index in range(64)]  # 1-based, as in the TPU records
+    return {
+        "train": [write_imagenet_records(directory / f"train-{shard}", labels[shard::2])
+                  for shard in range(2)],
+        "eval": [write_imagenet_records(directory / "validation-0", labels[:20])],
+        "large_label": [write_imagenet_records(directory / "large-label", [11] * 8)],
+        "corrupt": [write_imagenet_records(directory / "corrupt", [1] * 8, corrupt=(0,))],
+    }
+
+
+def _imagenet(output_dir, records, *overrides):
+    return config_lib.load_config(overrides=[
+        f"output_dir={output_dir}", "data.dataset=imagenet",
+        f"data.train_files={json.dumps(records['train'])}",
+        f"data.eval_files={json.dumps(records['eval'])}",
+        "data.num_train_examples=64", "data.eval_batch_size=10",
+        "model.num_classes=10", "model.image_size=24", "model.sync_batch_norm=true",
+        "phases.0.global_batch_size=8", "phases.0.steps=6", "phases.0.warmup_epochs=0.25",
+        "phases.0.peak_learning_rate=1.0", "log_interval=2", "checkpoint_interval=2",
+        "eval_interval=6", "target_accuracy=null", "strategy.name=default", *overrides])
+
+
+def _weights(summary):
+    arrays = {}
+    with h5py.File(summary["checkpoint"], "r") as file:
+        file.visititems(lambda name, item: arrays.__setitem__(name, item[()])
+                        if isinstance(item, h5py.Dataset) else None)
+    return arrays
+
+
+@pytest.fixture(scope="module")
+def one_device(tmp_path_factory, records):
+    config = _imagenet(tmp_path_factory.mktemp("one"), records)
+    return train_lib.train(config, log=lambda line: None)
+
+
+def test_imagenet_records_train_and_evaluate(one_device):
+    assert one_device["global_steps"] == 6 and one_device["architecture"] == "small"
+    assert [e["global_step"] for e in one_device["evaluations"]] == [6]
+    assert 0 <= one_device["evaluations"][0]["accuracy"] <= 1
+    assert np.isfinite(one_device["final"]["loss"])
+
+
+def test_two_replicas_equal_one_device(tmp_path, records, one_device):
+    summary = train_lib.train(
+        _imagenet(tmp_path, records, "strategy.name=mirrored",
+                  "strategy.devices=['/cpu:0', '/cpu:1']"), log=lambda line: None)
+    assert summary["strategy"]["num_replicas"] == 2
+    reference = _weights(one_device)
+    compared = 0
+    for name, value in _weights(summary).items():
+        np.testing.assert_allclose(value, reference[name], rtol=2e-4, atol=2e-5, err_msg=name)
+        compared += 1
+    assert compared > 30
+
+
+class _Interrupt(Exception):
+    pass
+
+
+class _InterruptAfter(keras.callbacks.Callback):
+    def __init__(self, batches):
+        super().__init__()
+        self.batches, self.seen = batches, 0
+
+    def on_train_batch_end(self, batch, logs=None):
+        self.seen += 1
+        if self.seen == self.batches:
+            raise _Interrupt()
+
+
+def test_resume_is_exact(tmp_path, records, one_device):
+    config = _imagenet(tmp_path, records)
+    with pytest.raises(_Interrupt):  # after step 3: the checkpoint of step 2 is the newest
+        train_lib.train(config, callbacks=[_InterruptAfter(3)], log=lambda line: None)
+    summary = train_lib.train(config, log=lambda line: None)
+    assert summary["resumed_from_step"] == 2
+    expected = _weights(one_device)
+    for name, value in _weights(summary).items():
+        np.testing.assert_array_equal(value, expected[name], err_msg=name)
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (["data.train_files={large_label}"],
+     r"large-label.*image/class/label.*11.*\[1, 11\)"),
+    (["data.eval_files={corrupt}"], r"corrupt.*image/encoded"),
+    (["phases.0.global_batch_size=80", "data.num_train_examples=640"],
+     r"holds 64 records, fewer than batch_size=80"),
+])
+def test_bad_records_are_refused_before_training(tmp_path, records, overrides, message):
+    overrides = [item.format(**{key: json.dumps(value) for key, value in records.items()})
+                 for item in overrides]
+    with pytest.raises(ValueError, match=message):
+        train_lib.train(_imagenet(tmp_path, records, *overrides), log=lambda line: None)
+    assert not os.path.exists(tmp_path / "checkpoints")
+
+
+def test_the_mlperf_32k_recipe_loads():
+    config = config_lib.load_config(os.path.join(REPOSITORY, "tpu_configs",
+                                                 "resnet50_lars_32k.yaml"))
+    phase = config.phases[0]
+    assert (config.model.architecture, config.model.image_size, config.model.num_classes) == (
+        "resnet50", 224, 1000)
+    assert phase.global_batch_size == 32768 and phase.peak_learning_rate == 21.2
+    assert config.optimizer.momentum == 0.94 and config.model.label_smoothing == 0.1
+    assert config.target_accuracy == 0.759 and config.data.dataset == "imagenet"
