@@ -54,6 +54,7 @@ import time
 import numpy as np
 import tensorflow as tf
 
+from keras_largebatch._file_patterns import resolve_file_patterns
 from keras_largebatch.bert import corpus as corpus_lib
 from keras_largebatch.bert import vocab as vocab_lib
 
@@ -168,18 +169,9 @@ def read_documents(input_files):
 
 
 def resolve_input_files(input_files):
-    """Expands paths and glob patterns, raising ValueError for one that matches nothing."""
-    if isinstance(input_files, str):
-        input_files = [input_files]
-    if not input_files:
-        raise ValueError("input_files must name at least one file or pattern, got none")
-    paths = []
-    for pattern in input_files:
-        matches = sorted(tf.io.gfile.glob(pattern))
-        if not matches:
-            raise ValueError(f"input file pattern {pattern!r} matches no file")
-        paths.extend(matches)
-    return paths
+    """Expands paths and patterns (``resolve_file_patterns``), raising ValueError for one that
+    matches nothing."""
+    return resolve_file_patterns(input_files, "input_files", "input")
 
 
 def tokenize_documents(documents, tokenizer):

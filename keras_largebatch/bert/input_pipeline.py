@@ -31,6 +31,7 @@ import os
 
 import tensorflow as tf
 
+from keras_largebatch._file_patterns import resolve_file_patterns
 from keras_largebatch.bert import vocab as vocab_lib
 
 # Record feature name -> accepted spellings; TF Model Garden writes the second ones.
@@ -171,18 +172,9 @@ def _check_arguments(seq_length, max_predictions_per_seq, batch_size_per_replica
 
 
 def resolve_record_files(file_patterns):
-    """Expands record file patterns (sorted, duplicates removed); names a pattern matching none."""
-    if isinstance(file_patterns, (str, os.PathLike)):
-        file_patterns = [file_patterns]
-    if not file_patterns:
-        raise ValueError("file_patterns must name at least one record file or pattern, got none")
-    files = []
-    for pattern in file_patterns:
-        matches = tf.io.gfile.glob(os.fspath(pattern))
-        if not matches:
-            raise ValueError(f"record file pattern {os.fspath(pattern)!r} matches no file")
-        files.extend(matches)
-    return sorted(set(files))
+    """Expands record file patterns (``resolve_file_patterns``): sorted, each file once; raises
+    ValueError naming a pattern that matches none."""
+    return sorted(set(resolve_file_patterns(file_patterns, "file_patterns", "record")))
 
 
 def check_record_file(path, seq_length, max_predictions_per_seq, dynamic_masking=False):

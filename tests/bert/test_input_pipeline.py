@@ -274,3 +274,9 @@ def test_error_when_files_spell_features_differently(tmp_path):
     with pytest.raises(ValueError, match=f"record file '{garden}' names its features "
                                          r"\('input_word_ids', 'input_type_ids'\)"):
         input_pipeline.make_pretraining_dataset([google, garden], SEQ_LENGTH, MAX_PREDICTIONS, 2)
+
+
+def test_comma_separated_patterns_name_each_file_once(tmp_path):
+    files, _ = _write_files(tmp_path, num_files=2, per_file=1)
+    comma_list = f"{files[1]},{tmp_path / 'data-*.tfrecord'}"
+    assert input_pipeline.resolve_record_files(comma_list) == files
