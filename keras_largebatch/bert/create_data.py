@@ -18,19 +18,9 @@ choices:
   probability 0.8, a random non-special token with probability 0.1 and stays itself with
   probability 0.1. ``round`` is Python's (halves to even).
 
-All instances are shuffled and written round-robin over ``num_output_shards`` files. One record:
-
-=====================  =======  ===========================  ==================================
-feature                type     length                       meaning
-=====================  =======  ===========================  ==================================
-input_ids              int64    max_seq_length               token ids, 0-padded
-input_mask             int64    max_seq_length               1 real token, 0 padding
-segment_ids            int64    max_seq_length               0 segment A ([CLS] A [SEP]), 1 B
-masked_lm_positions    int64    max_predictions_per_seq      masked positions, ascending, 0-padded
-masked_lm_ids          int64    max_predictions_per_seq      original ids there, 0-padded
-masked_lm_weights      float    max_predictions_per_seq      1.0 real prediction, 0.0 padding
-next_sentence_labels   int64    1                            1 random next, 0 actual next
-=====================  =======  ===========================  ==================================
+All instances are shuffled and written round-robin over ``num_output_shards`` files, one
+``tf.train.Example`` per instance in the schema of ``records`` (``max_seq_length`` is its
+``seq_length``).
 
 With ``dynamic_masking`` the records hold the unmasked ``input_ids`` and no ``masked_lm_*``
 features; ``input_pipeline.make_pretraining_dataset(..., dynamic_masking=True)`` masks them anew
@@ -56,6 +46,7 @@ import tensorflow as tf
 
 from keras_largebatch._file_patterns import resolve_file_patterns
 from keras_largebatch.bert import corpus as corpus_lib
+from keras_largebatch.bert import records
 from keras_largebatch.bert import vocab as vocab_lib
 
 RECORD_FILE_PREFIX = "pretraining"
@@ -78,8 +69,8 @@ PARALLEL_MIN_TOKEN_PASSES = 20_000_000
 class InstanceOptions:
     """How instances are cut and masked (see the module docstring)."""
 
-    max_seq_length: int = 128
-    max_predictions_per_seq: int = 20
+    max_seq_length: int = records.DEFAULT_MAX_SEQ_LENGTH
+    max_predictions_per_seq: int = records.DEFAULT_MAX_PREDICTIONS_PER_SEQ
     masked_lm_prob: float = 0.15
     short_seq_prob: float = 0.1
     dynamic_masking: bool = False
@@ -289,34 +280,21 @@ def mask_tokens(tokens, options, token_ids, rng):
 
 
 def serialize_instance(instance, options):
-    """Pads an instance to the record lengths and serializes it as a ``tf.train.Example``."""
-    seq_padding = [0] * (options.max_seq_length - len(instance.tokens))
-
-    def int64_feature(values):
-        return tf.train.Feature(int64_list=tf.train.Int64List(value=values))
-
-    feature = {
-        "input_ids": int64_feature(instance.tokens + seq_padding),
-        "input_mask": int64_feature([1] * len(instance.tokens) + seq_padding),
-        "segment_ids": int64_feature(instance.segment_ids + seq_padding),
+    """Pads an instance to the record lengths and serializes it as a ``tf.train.Example``
+    (``records``); without ``masked_lm_*`` features when ``options.dynamic_masking``."""
+    values = {
+        "input_ids": instance.tokens,
+        "input_mask": [1] * len(instance.tokens),
+        "segment_ids": instance.segment_ids,
+        "next_sentence_labels": [int(instance.is_random_next)],
     }
     if not options.dynamic_masking:
-        prediction_padding = [0] * (
-            options.max_predictions_per_seq - len(instance.masked_lm_positions)
-        )
-        weights = [1.0] * len(instance.masked_lm_positions) + [0.0] * len(prediction_padding)
-        feature["masked_lm_positions"] = int64_feature(
-            instance.masked_lm_positions + prediction_padding
-        )
-        feature["masked_lm_ids"] = int64_feature(instance.masked_lm_ids + prediction_padding)
-        feature["masked_lm_weights"] = tf.train.Feature(
-            float_list=tf.train.FloatList(value=weights)
-        )
-    feature["next_sentence_labels"] = int64_feature([int(instance.is_random_next)])
-    example = tf.train.Example(features=tf.train.Features(feature=feature))
-    # Map fields serialize in hash order, which differs between processes; sorting the keys
-    # keeps the bytes independent of which worker wrote them.
-    return example.SerializeToString(deterministic=True)
+        values["masked_lm_positions"] = instance.masked_lm_positions
+        values["masked_lm_ids"] = instance.masked_lm_ids
+        values["masked_lm_weights"] = [1.0] * len(instance.masked_lm_positions)
+    return records.serialize_example(
+        values, options.max_seq_length, options.max_predictions_per_seq
+    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -415,8 +393,8 @@ def create_pretraining_data(
     output_dir,
     vocab_file=None,
     vocabulary_size=vocab_lib.DEFAULT_VOCABULARY_SIZE,
-    max_seq_length=128,
-    max_predictions_per_seq=20,
+    max_seq_length=records.DEFAULT_MAX_SEQ_LENGTH,
+    max_predictions_per_seq=records.DEFAULT_MAX_PREDICTIONS_PER_SEQ,
     masked_lm_prob=0.15,
     dupe_factor=10,
     short_seq_prob=0.1,
@@ -626,8 +604,8 @@ class _Progress:
 
 def create_default_pretraining_data(
     output_dir,
-    max_seq_length=128,
-    max_predictions_per_seq=20,
+    max_seq_length=records.DEFAULT_MAX_SEQ_LENGTH,
+    max_predictions_per_seq=records.DEFAULT_MAX_PREDICTIONS_PER_SEQ,
     vocabulary_size=vocab_lib.DEFAULT_VOCABULARY_SIZE,
     masked_lm_prob=0.15,
     dupe_factor=DEFAULT_CORPUS_DUPE_FACTOR,
@@ -702,10 +680,11 @@ def build_parser():
                              "the input into OUTPUT_DIR/vocab.txt)")
     parser.add_argument("--vocabulary_size", type=int, default=vocab_lib.DEFAULT_VOCABULARY_SIZE,
                         help="most tokens in a built vocabulary (default: %(default)s)")
-    parser.add_argument("--max_seq_length", type=int, default=128,
+    parser.add_argument("--max_seq_length", type=int, default=records.DEFAULT_MAX_SEQ_LENGTH,
                         help="tokens per instance, [CLS] and [SEP]s included "
                              "(default: %(default)s)")
-    parser.add_argument("--max_predictions_per_seq", type=int, default=20,
+    parser.add_argument("--max_predictions_per_seq", type=int,
+                        default=records.DEFAULT_MAX_PREDICTIONS_PER_SEQ,
                         help="most masked positions per instance (default: %(default)s)")
     parser.add_argument("--masked_lm_prob", type=float, default=0.15,
                         help="fraction of tokens to mask (default: %(default)s)")

@@ -16,10 +16,11 @@ sample_weights["masked_lm"]     float32  [batch, max_predictions]  masked_lm_wei
 sample_weights["next_sentence"] float32  [batch]                   (all ones)
 ==============================  =======  ========================  ============================
 
-The feature names are those of keras-hub's ``BertBackbone`` inputs plus ``BertMaskedLM``'s
-``mask_positions``; a model with outputs named ``masked_lm`` (logits ``[batch, max_predictions,
-vocabulary_size]``) and ``next_sentence`` (logits ``[batch, 2]``) trains on these batches with
-sparse categorical cross-entropy losses, and the padded predictions weigh nothing.
+The records follow the schema of ``records``. The feature names are those of keras-hub's
+``BertBackbone`` inputs plus ``BertMaskedLM``'s ``mask_positions``; a model with outputs named
+``masked_lm`` (logits ``[batch, max_predictions, vocabulary_size]``) and ``next_sentence``
+(logits ``[batch, 2]``) trains on these batches with sparse categorical cross-entropy losses,
+and the padded predictions weigh nothing.
 
 With ``dynamic_masking=True`` the records are the unmasked variant ``create_data`` writes with
 ``--dynamic_masking`` (no ``masked_lm_*`` features), and every batch gets fresh 80/10/10 masks
@@ -32,14 +33,9 @@ import os
 import tensorflow as tf
 
 from keras_largebatch._file_patterns import resolve_file_patterns
+from keras_largebatch.bert import records
 from keras_largebatch.bert import vocab as vocab_lib
-
-# Record feature name -> accepted spellings; TF Model Garden writes the second ones.
-FEATURE_ALIASES = {
-    "input_ids": ("input_ids", "input_word_ids"),
-    "segment_ids": ("segment_ids", "input_type_ids"),
-}
-MASKED_LM_FEATURES = ("masked_lm_positions", "masked_lm_ids", "masked_lm_weights")
+from keras_largebatch.bert.records import FEATURE_ALIASES, MASKED_LM_FEATURES  # noqa: F401
 
 
 def make_pretraining_dataset(
@@ -196,70 +192,31 @@ def check_record_file(path, seq_length, max_predictions_per_seq, dynamic_masking
         raise ValueError(f"record file {path!r}: first record is not a tf.train.Example "
                          f"({error})") from error
 
-    def spelling(name):
-        for candidate in FEATURE_ALIASES.get(name, (name,)):
-            if candidate in features:
-                return candidate
-        accepted = " or ".join(map(repr, FEATURE_ALIASES.get(name, (name,))))
-        raise ValueError(
-            f"record file {path!r} lacks feature {accepted}; it has {sorted(features)}"
-        )
-
-    names = (spelling("input_ids"), spelling("segment_ids"))
-    expected = {names[0]: ("int64_list", seq_length, "seq_length"),
-                "input_mask": ("int64_list", seq_length, "seq_length"),
-                names[1]: ("int64_list", seq_length, "seq_length"),
-                "next_sentence_labels": ("int64_list", 1, "the schema")}
+    source = f"record file {path!r}"
+    names = records.feature_spellings(features, source)
     has_masked_lm = any(name in features for name in MASKED_LM_FEATURES)
     if dynamic_masking and has_masked_lm:
         raise ValueError(
-            f"record file {path!r} holds masked records (it has masked_lm_* features), but "
+            f"{source} holds masked records (it has masked_lm_* features), but "
             "dynamic_masking=True needs unmasked ones: write them with create_data "
             "--dynamic_masking, or pass dynamic_masking=False"
         )
-    if not dynamic_masking:
-        if not has_masked_lm:
-            raise ValueError(
-                f"record file {path!r} lacks masked_lm_positions, masked_lm_ids and "
-                "masked_lm_weights: it holds unmasked records; pass dynamic_masking=True with "
-                "a vocabulary to mask them while reading"
-            )
-        for name in ("masked_lm_positions", "masked_lm_ids"):
-            expected[name] = ("int64_list", max_predictions_per_seq, "max_predictions_per_seq")
-        expected["masked_lm_weights"] = (
-            "float_list", max_predictions_per_seq, "max_predictions_per_seq"
+    if not dynamic_masking and not has_masked_lm:
+        raise ValueError(
+            f"{source} lacks masked_lm_positions, masked_lm_ids and masked_lm_weights: it holds "
+            "unmasked records; pass dynamic_masking=True with a vocabulary to mask them while "
+            "reading"
         )
-    for name, (kind, length, length_source) in expected.items():
-        if name not in features:
-            raise ValueError(f"record file {path!r} lacks feature {name!r}; it has "
-                             f"{sorted(features)}")
-        actual_kind = features[name].WhichOneof("kind")
-        if actual_kind != kind:
-            raise ValueError(f"record file {path!r}: feature {name!r} is a {actual_kind}, "
-                             f"expected a {kind}")
-        actual_length = len(getattr(features[name], kind).value)
-        if actual_length != length:
-            source = "" if length_source == "the schema" else f"{length_source}="
-            raise ValueError(
-                f"record file {path!r}: feature {name!r} has {actual_length} values, expected "
-                f"{length} ({source}{length})"
-            )
+    records.check_example_features(features, seq_length, max_predictions_per_seq,
+                                   not dynamic_masking, names, source)
     return names
 
 
 def _make_parser(feature_names, seq_length, max_predictions_per_seq, dynamic_masking):
     """A function from a batch of serialized records to ``(features, labels, sample_weights)``."""
     input_ids_name, segment_ids_name = feature_names
-    spec = {
-        input_ids_name: tf.io.FixedLenFeature([seq_length], tf.int64),
-        "input_mask": tf.io.FixedLenFeature([seq_length], tf.int64),
-        segment_ids_name: tf.io.FixedLenFeature([seq_length], tf.int64),
-        "next_sentence_labels": tf.io.FixedLenFeature([1], tf.int64),
-    }
-    if not dynamic_masking:
-        spec["masked_lm_positions"] = tf.io.FixedLenFeature([max_predictions_per_seq], tf.int64)
-        spec["masked_lm_ids"] = tf.io.FixedLenFeature([max_predictions_per_seq], tf.int64)
-        spec["masked_lm_weights"] = tf.io.FixedLenFeature([max_predictions_per_seq], tf.float32)
+    spec = records.parsing_spec(seq_length, max_predictions_per_seq, not dynamic_masking,
+                                feature_names)
 
     def parse(serialized):
         # TPUs have no int64 arithmetic to speak of; every id fits in int32.
