@@ -13,10 +13,8 @@ choices:
   Unused sentences are put back for the next instance.
 * The longer segment is trimmed one token at a time, from its front or back at random, until
   ``[CLS] A [SEP] B [SEP]`` fits in ``max_seq_length``.
-* ``num_to_predict = min(max_predictions_per_seq, max(1, round(len(tokens) * masked_lm_prob)))``
-  positions other than [CLS] and [SEP] are chosen uniformly; each becomes [MASK] with
-  probability 0.8, a random non-special token with probability 0.1 and stays itself with
-  probability 0.1. ``round`` is Python's (halves to even).
+* Unless ``dynamic_masking``, the tokens are masked by google-research/bert's 80/10/10 rule
+  (``masking.mask_tokens``).
 
 All instances are shuffled and written round-robin over ``num_output_shards`` files, one
 ``tf.train.Example`` per instance in the schema of ``records`` (``max_seq_length`` is its
@@ -46,8 +44,10 @@ import tensorflow as tf
 
 from keras_largebatch._file_patterns import resolve_file_patterns
 from keras_largebatch.bert import corpus as corpus_lib
+from keras_largebatch.bert import masking
 from keras_largebatch.bert import records
 from keras_largebatch.bert import vocab as vocab_lib
+from keras_largebatch.bert.masking import TokenIds, mask_tokens  # noqa: F401 (public here too)
 
 RECORD_FILE_PREFIX = "pretraining"
 MANIFEST_FILENAME = "manifest.json"
@@ -71,7 +71,7 @@ class InstanceOptions:
 
     max_seq_length: int = records.DEFAULT_MAX_SEQ_LENGTH
     max_predictions_per_seq: int = records.DEFAULT_MAX_PREDICTIONS_PER_SEQ
-    masked_lm_prob: float = 0.15
+    masked_lm_prob: float = masking.DEFAULT_MASKED_LM_PROB
     short_seq_prob: float = 0.1
     dynamic_masking: bool = False
 
@@ -88,26 +88,6 @@ class InstanceOptions:
             raise ValueError(f"masked_lm_prob must be in (0, 1), got {self.masked_lm_prob}")
         if not 0.0 <= self.short_seq_prob <= 1.0:
             raise ValueError(f"short_seq_prob must be in [0, 1], got {self.short_seq_prob}")
-
-
-@dataclasses.dataclass(frozen=True)
-class TokenIds:
-    """The vocabulary ids instance creation needs."""
-
-    cls_id: int
-    sep_id: int
-    mask_id: int
-    replacement_ids: tuple
-
-    @classmethod
-    def from_vocabulary(cls, vocabulary):
-        special = vocab_lib.special_token_ids(vocabulary)
-        return cls(
-            cls_id=special[vocab_lib.CLS_TOKEN],
-            sep_id=special[vocab_lib.SEP_TOKEN],
-            mask_id=special[vocab_lib.MASK_TOKEN],
-            replacement_ids=tuple(vocab_lib.replacement_token_ids(vocabulary)),
-        )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -218,7 +198,7 @@ def create_instances_from_document(documents, document_index, options, token_ids
             if options.dynamic_masking:
                 positions, labels = [], []
             else:
-                tokens, positions, labels = mask_tokens(tokens, options, token_ids, rng)
+                tokens, positions, labels = masking.mask_tokens(tokens, options, token_ids, rng)
             instances.append(Instance(tokens, segment_ids, is_random_next, positions, labels))
             chunk = []
             chunk_length = 0
@@ -251,32 +231,6 @@ def _truncate_pair(tokens_a, tokens_b, max_num_tokens, rng):
             del longer[0]
         else:
             longer.pop()
-
-
-def mask_tokens(tokens, options, token_ids, rng):
-    """Applies 80/10/10 masking to a ``[CLS] A [SEP] B [SEP]`` id list.
-
-    Returns:
-        ``(masked_tokens, positions, original_ids)`` with positions ascending.
-    """
-    candidates = [
-        position for position, token in enumerate(tokens)
-        if token not in (token_ids.cls_id, token_ids.sep_id)
-    ]
-    num_to_predict = min(
-        options.max_predictions_per_seq,
-        max(1, round(len(tokens) * options.masked_lm_prob)),
-        len(candidates),
-    )
-    positions = sorted(rng.sample(candidates, num_to_predict))
-    masked_tokens = list(tokens)
-    for position in positions:
-        draw = rng.random()
-        if draw < 0.8:
-            masked_tokens[position] = token_ids.mask_id
-        elif draw < 0.9:
-            masked_tokens[position] = rng.choice(token_ids.replacement_ids)
-    return masked_tokens, positions, [tokens[position] for position in positions]
 
 
 def serialize_instance(instance, options):
@@ -395,7 +349,7 @@ def create_pretraining_data(
     vocabulary_size=vocab_lib.DEFAULT_VOCABULARY_SIZE,
     max_seq_length=records.DEFAULT_MAX_SEQ_LENGTH,
     max_predictions_per_seq=records.DEFAULT_MAX_PREDICTIONS_PER_SEQ,
-    masked_lm_prob=0.15,
+    masked_lm_prob=masking.DEFAULT_MASKED_LM_PROB,
     dupe_factor=10,
     short_seq_prob=0.1,
     num_output_shards=8,
@@ -499,7 +453,7 @@ def _create(input_paths, output_dir, config, options, num_workers, progress):
     tasks = _make_tasks(len(documents), config["dupe_factor"], config["seed"])
     num_workers = choose_num_workers(num_workers, num_tokens, config["dupe_factor"], len(tasks))
     records = _run_tasks(
-        tasks, documents, options, TokenIds.from_vocabulary(vocabulary), num_workers, progress
+        tasks, documents, options, masking.TokenIds.from_vocabulary(vocabulary), num_workers, progress
     )
     random.Random(config["seed"]).shuffle(records)
     record_files = record_file_names(output_dir, config["num_output_shards"])
@@ -576,7 +530,7 @@ class _TaskRunner:
 
     documents: list
     options: InstanceOptions
-    token_ids: TokenIds
+    token_ids: masking.TokenIds
 
     def __call__(self, task):
         return _run_task(task, self.documents, self.options, self.token_ids)
@@ -607,7 +561,7 @@ def create_default_pretraining_data(
     max_seq_length=records.DEFAULT_MAX_SEQ_LENGTH,
     max_predictions_per_seq=records.DEFAULT_MAX_PREDICTIONS_PER_SEQ,
     vocabulary_size=vocab_lib.DEFAULT_VOCABULARY_SIZE,
-    masked_lm_prob=0.15,
+    masked_lm_prob=masking.DEFAULT_MASKED_LM_PROB,
     dupe_factor=DEFAULT_CORPUS_DUPE_FACTOR,
     short_seq_prob=0.1,
     num_output_shards=8,
@@ -686,7 +640,7 @@ def build_parser():
     parser.add_argument("--max_predictions_per_seq", type=int,
                         default=records.DEFAULT_MAX_PREDICTIONS_PER_SEQ,
                         help="most masked positions per instance (default: %(default)s)")
-    parser.add_argument("--masked_lm_prob", type=float, default=0.15,
+    parser.add_argument("--masked_lm_prob", type=float, default=masking.DEFAULT_MASKED_LM_PROB,
                         help="fraction of tokens to mask (default: %(default)s)")
     parser.add_argument("--dupe_factor", type=int, default=None,
                         help="passes over the corpus, each with new cuts and masks (default: "

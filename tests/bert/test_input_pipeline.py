@@ -207,16 +207,6 @@ def test_dynamic_masking(tmp_path):
         assert abs(outcomes[outcome] / total - probability) < tolerance, (outcome, outcomes)
 
 
-def test_mask_token_batch_round_half_to_even():
-    # 30 real tokens * 0.15 = 4.5 predictions, which rounds to 4 (as Python's round does).
-    tokens = tf.constant([[CLS] + [10] * 28 + [SEP] + [0] * 34], tf.int32)
-    padding_mask = tf.cast(tokens != 0, tf.int32)
-    _, _, _, weights = input_pipeline.mask_token_batch(
-        tokens, padding_mask, tf.constant([1, 2], tf.int64), 8, 0.15, MASK, (CLS, SEP),
-        tuple(range(5, 45)))
-    assert float(tf.reduce_sum(weights)) == round(30 * 0.15) == 4
-
-
 def test_error_when_no_file_matches(tmp_path):
     pattern = str(tmp_path / "missing-*.tfrecord")
     with pytest.raises(ValueError, match=re.escape(f"record file pattern '{pattern}' matches no file")):
