@@ -29,6 +29,7 @@ from vectorized TensorFlow ops (``masking.mask_token_batch``), so each epoch see
 
 import tensorflow as tf
 
+from keras_largebatch._checks import check_bool, check_integer, check_optional_integer
 from keras_largebatch._file_patterns import resolve_file_patterns
 from keras_largebatch.bert import masking
 from keras_largebatch.bert import records
@@ -78,11 +79,19 @@ def make_pretraining_dataset(
         masked_lm_prob: fraction of tokens to mask with ``dynamic_masking``.
 
     Raises:
+        TypeError: for an argument of the wrong type.
         ValueError: before any training, when no file matches a pattern, a file's first record
             lacks a feature or has a wrong length, or the arguments are out of range.
     """
-    _check_arguments(seq_length, max_predictions_per_seq, batch_size_per_replica, masked_lm_prob,
-                     shuffle_buffer_size, cycle_length)
+    records.check_lengths(seq_length, max_predictions_per_seq)
+    for argument, value in (("batch_size_per_replica", batch_size_per_replica),
+                            ("shuffle_buffer_size", shuffle_buffer_size),
+                            ("cycle_length", cycle_length)):
+        check_integer(argument, value, low=1)
+    masking.check_masked_lm_prob(masked_lm_prob)
+    check_bool("is_training", is_training)
+    check_bool("dynamic_masking", dynamic_masking)
+    check_optional_integer("seed", seed)
     files = resolve_record_files(file_patterns)
     dynamic_masker = None
     if dynamic_masking:
@@ -144,25 +153,6 @@ def make_pretraining_dataset(
             num_parallel_calls=tf.data.AUTOTUNE,
         )
     return dataset.prefetch(tf.data.AUTOTUNE)
-
-
-def _check_arguments(seq_length, max_predictions_per_seq, batch_size_per_replica, masked_lm_prob,
-                     shuffle_buffer_size, cycle_length):
-    if seq_length < 1:
-        raise ValueError(f"seq_length must be >= 1, got {seq_length}")
-    if not 1 <= max_predictions_per_seq <= seq_length:
-        raise ValueError(
-            f"max_predictions_per_seq must be in [1, seq_length={seq_length}], "
-            f"got {max_predictions_per_seq}"
-        )
-    if batch_size_per_replica < 1:
-        raise ValueError(f"batch_size_per_replica must be >= 1, got {batch_size_per_replica}")
-    if not 0.0 < masked_lm_prob < 1.0:
-        raise ValueError(f"masked_lm_prob must be in (0, 1), got {masked_lm_prob}")
-    if shuffle_buffer_size < 1:
-        raise ValueError(f"shuffle_buffer_size must be >= 1, got {shuffle_buffer_size}")
-    if cycle_length < 1:
-        raise ValueError(f"cycle_length must be >= 1, got {cycle_length}")
 
 
 def resolve_record_files(file_patterns):

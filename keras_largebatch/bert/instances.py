@@ -21,6 +21,7 @@ import dataclasses
 
 import tensorflow as tf
 
+from keras_largebatch._checks import check_bool, check_number
 from keras_largebatch._file_patterns import resolve_file_patterns
 from keras_largebatch.bert import masking
 from keras_largebatch.bert import records
@@ -29,6 +30,8 @@ from keras_largebatch.bert import records
 DEFAULT_SHORT_SEQ_PROB = 0.1
 # Sentences per tokenizer call: large enough to amortize the TF call, small enough for memory.
 TOKENIZE_BATCH_SIZE = 8192
+# [CLS] A [SEP] B [SEP] with A and B at least one token each.
+MIN_SEQ_LENGTH = 5
 
 
 @dataclasses.dataclass(frozen=True)
@@ -42,18 +45,11 @@ class InstanceOptions:
     dynamic_masking: bool = False
 
     def __post_init__(self):
-        # [CLS] A [SEP] B [SEP] with A and B at least one token each.
-        if self.max_seq_length < 5:
-            raise ValueError(f"max_seq_length must be >= 5, got {self.max_seq_length}")
-        if not 1 <= self.max_predictions_per_seq <= self.max_seq_length:
-            raise ValueError(
-                "max_predictions_per_seq must be in [1, max_seq_length="
-                f"{self.max_seq_length}], got {self.max_predictions_per_seq}"
-            )
-        if not 0.0 < self.masked_lm_prob < 1.0:
-            raise ValueError(f"masked_lm_prob must be in (0, 1), got {self.masked_lm_prob}")
-        if not 0.0 <= self.short_seq_prob <= 1.0:
-            raise ValueError(f"short_seq_prob must be in [0, 1], got {self.short_seq_prob}")
+        records.check_lengths(self.max_seq_length, self.max_predictions_per_seq,
+                              seq_length_argument="max_seq_length", min_seq_length=MIN_SEQ_LENGTH)
+        masking.check_masked_lm_prob(self.masked_lm_prob)
+        check_number("short_seq_prob", self.short_seq_prob, low=0, high=1)
+        check_bool("dynamic_masking", self.dynamic_masking)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -21,6 +21,7 @@ import os
 
 import tensorflow as tf
 
+from keras_largebatch._checks import check_number
 from keras_largebatch.bert import vocab as vocab_lib
 
 DEFAULT_MASKED_LM_PROB = 0.15
@@ -61,6 +62,11 @@ class TokenIds:
     def protected_ids(self):
         """Ids never masked."""
         return (self.cls_id, self.sep_id)
+
+
+def check_masked_lm_prob(masked_lm_prob):
+    """Raises unless ``masked_lm_prob`` is a number in (0, 1)."""
+    check_number("masked_lm_prob", masked_lm_prob, low=0, high=1, low_open=True, high_open=True)
 
 
 def num_to_predict(num_tokens, num_candidates, max_predictions_per_seq, masked_lm_prob,

@@ -21,6 +21,7 @@ import time
 
 import tensorflow as tf
 
+from keras_largebatch._checks import check_bool, check_integer, check_optional_integer
 from keras_largebatch.bert import corpus as corpus_lib
 from keras_largebatch.bert import instance_tasks
 from keras_largebatch.bert import instances
@@ -105,7 +106,8 @@ def create_pretraining_data(
     options = instances.InstanceOptions(
         max_seq_length, max_predictions_per_seq, masked_lm_prob, short_seq_prob, dynamic_masking
     )
-    _check_run_arguments(dupe_factor, num_output_shards, num_workers)
+    _check_run_arguments(vocabulary_size, dupe_factor, num_output_shards, seed, num_workers,
+                         overwrite, progress)
     input_paths = instances.resolve_input_files(input_files)
     if vocab_file is not None and not os.path.isfile(vocab_file):
         raise FileNotFoundError(f"vocab_file {vocab_file!r} does not exist")
@@ -147,7 +149,8 @@ def create_default_pretraining_data(
     options = instances.InstanceOptions(
         max_seq_length, max_predictions_per_seq, masked_lm_prob, short_seq_prob, dynamic_masking
     )
-    _check_run_arguments(dupe_factor, num_output_shards, num_workers)
+    _check_run_arguments(vocabulary_size, dupe_factor, num_output_shards, seed, num_workers,
+                         overwrite, progress)
     corpus_file = os.path.join(output_dir, corpus_lib.DEFAULT_CORPUS_FILENAME)
     config = {
         **_run_config([corpus_file], None, vocabulary_size, options, dupe_factor,
@@ -186,13 +189,16 @@ def record_file_names(output_dir, num_output_shards):
     ]
 
 
-def _check_run_arguments(dupe_factor, num_output_shards, num_workers):
-    if dupe_factor < 1:
-        raise ValueError(f"dupe_factor must be >= 1, got {dupe_factor}")
-    if num_output_shards < 1:
-        raise ValueError(f"num_output_shards must be >= 1, got {num_output_shards}")
-    if num_workers is not None and num_workers < 1:
-        raise ValueError(f"num_workers must be >= 1 (or None for all CPUs), got {num_workers}")
+def _check_run_arguments(vocabulary_size, dupe_factor, num_output_shards, seed, num_workers,
+                         overwrite, progress):
+    check_integer("vocabulary_size", vocabulary_size)
+    for argument, value in (("dupe_factor", dupe_factor), ("num_output_shards", num_output_shards)):
+        if check_integer(argument, value) < 1:
+            raise ValueError(f"{argument} must be >= 1, got {value}")
+    check_integer("seed", seed)
+    check_optional_integer("num_workers", num_workers, low=1)
+    check_bool("overwrite", overwrite)
+    check_bool("progress", progress)
 
 
 def _run_config(input_files, vocab_file, vocabulary_size, options, dupe_factor,

@@ -25,6 +25,8 @@ import dataclasses
 
 import tensorflow as tf
 
+from keras_largebatch._checks import check_integer
+
 # google-research/bert's defaults for --max_seq_length and --max_predictions_per_seq.
 DEFAULT_MAX_SEQ_LENGTH = 128
 DEFAULT_MAX_PREDICTIONS_PER_SEQ = 20
@@ -82,6 +84,22 @@ def record_features(masked=True):
     return tuple(
         feature for feature in FEATURES if masked or feature.name not in MASKED_LM_FEATURES
     )
+
+
+def check_lengths(seq_length, max_predictions_per_seq, seq_length_argument=SEQ_LENGTH,
+                  min_seq_length=1):
+    """Raises unless the two record lengths are integers with ``1 <= max_predictions_per_seq <=
+    seq_length`` and ``seq_length >= min_seq_length``; ``seq_length_argument`` names the first
+    in the messages."""
+    check_integer(seq_length_argument, seq_length)
+    check_integer(MAX_PREDICTIONS, max_predictions_per_seq)
+    if seq_length < min_seq_length:
+        raise ValueError(f"{seq_length_argument} must be >= {min_seq_length}, got {seq_length}")
+    if not 1 <= max_predictions_per_seq <= seq_length:
+        raise ValueError(
+            f"{MAX_PREDICTIONS} must be in [1, {seq_length_argument}={seq_length}], "
+            f"got {max_predictions_per_seq}"
+        )
 
 
 def serialize_example(values, seq_length, max_predictions_per_seq):

@@ -260,6 +260,19 @@ def test_rejects_bad_arguments(tagged_corpus, tmp_path, kwargs, message):
     assert not list(tmp_path.iterdir())
 
 
+@pytest.mark.parametrize("kwargs, message", [
+    ({"max_seq_length": 64.0}, "max_seq_length must be an integer, got 64.0 of type float"),
+    ({"masked_lm_prob": "0.15"}, "masked_lm_prob must be a number, got '0.15' of type str"),
+    ({"dupe_factor": "2"}, "dupe_factor must be an integer, got '2' of type str"),
+    ({"dynamic_masking": 1}, "dynamic_masking must be True or False, got 1"),
+    ({"num_workers": 1.5}, "num_workers must be an integer or None, got 1.5"),
+])
+def test_rejects_arguments_of_the_wrong_type(tagged_corpus, tmp_path, kwargs, message):
+    with pytest.raises(TypeError, match=message):
+        _create(tagged_corpus, tmp_path, **kwargs)
+    assert not list(tmp_path.iterdir())
+
+
 def test_rejects_missing_input_and_single_document(tagged_corpus, tmp_path):
     _, vocab_file, _ = tagged_corpus
     with pytest.raises(ValueError, match=r"input file pattern '.*nothing-\*\.txt' matches no file"):

@@ -18,3 +18,5 @@ def test_instance_options_defaults_and_checks():
     assert instances.InstanceOptions() == instances.InstanceOptions(128, 20, 0.15, 0.1, False)
     with pytest.raises(ValueError, match=r"short_seq_prob must be in \[0, 1\], got 1.5"):
         instances.InstanceOptions(short_seq_prob=1.5)
+    with pytest.raises(TypeError, match="short_seq_prob must be a number, got None"):
+        instances.InstanceOptions(short_seq_prob=None)

@@ -86,3 +86,16 @@ def test_check_names_the_feature_and_what_was_expected():
     del features["segment_ids"]
     with pytest.raises(ValueError, match="src lacks feature 'segment_ids' or 'input_type_ids'"):
         records.feature_spellings(features, "src")
+
+
+def test_check_lengths():
+    records.check_lengths(records.DEFAULT_MAX_SEQ_LENGTH, records.DEFAULT_MAX_PREDICTIONS_PER_SEQ)
+    with pytest.raises(TypeError, match="seq_length must be an integer, got '128' of type str"):
+        records.check_lengths("128", 20)
+    with pytest.raises(TypeError, match="max_predictions_per_seq must be an integer, got 2.0"):
+        records.check_lengths(128, 2.0)
+    with pytest.raises(ValueError, match="max_seq_length must be >= 5, got 4"):
+        records.check_lengths(4, 2, seq_length_argument="max_seq_length", min_seq_length=5)
+    with pytest.raises(ValueError, match=r"max_predictions_per_seq must be in \[1, seq_length=8\], "
+                                         "got 9"):
+        records.check_lengths(8, 9)
