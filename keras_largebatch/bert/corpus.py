@@ -6,11 +6,12 @@ followed by the docstrings of a fixed list of pure-Python standard-library modul
 read from the module sources with :mod:`ast`; no module is imported, so building the corpus runs
 none of their code.
 
-The output follows the pretraining input format (REFERENCE.md section 6): one sentence per line,
-a blank line between documents. One pydoc topic is one document; one module's docstrings (module,
-classes, functions, in source order) are one document. Only prose paragraphs are kept: grammar
-productions, code examples and headings are dropped. The result is deterministic for a given
-Python version (the text changes with the standard library, not between runs or machines).
+The output follows the input format of google-research/bert's ``create_pretraining_data.py``:
+one sentence per line, a blank line between documents. One pydoc topic is one document; one
+module's docstrings (module, classes, functions, in source order) are one document. Only prose
+paragraphs are kept: grammar productions, code examples and headings are dropped. The result is
+deterministic for a given Python version (the text changes with the standard library, not
+between runs or machines).
 """
 
 import ast

@@ -16,29 +16,25 @@ sample_weights["masked_lm"]     float32  [batch, max_predictions]  masked_lm_wei
 sample_weights["next_sentence"] float32  [batch]                   (all ones)
 ==============================  =======  ========================  ============================
 
-The feature names are those of keras-hub's ``BertBackbone`` inputs plus ``BertMaskedLM``'s
-``mask_positions``; a model with outputs named ``masked_lm`` (logits ``[batch, max_predictions,
-vocabulary_size]``) and ``next_sentence`` (logits ``[batch, 2]``) trains on these batches with
-sparse categorical cross-entropy losses, and the padded predictions weigh nothing.
+The records follow the schema of ``records``. The feature names are those of keras-hub's
+``BertBackbone`` inputs plus ``BertMaskedLM``'s ``mask_positions``; a model with outputs named
+``masked_lm`` (logits ``[batch, max_predictions, vocabulary_size]``) and ``next_sentence``
+(logits ``[batch, 2]``) trains on these batches with sparse categorical cross-entropy losses,
+and the padded predictions weigh nothing.
 
 With ``dynamic_masking=True`` the records are the unmasked variant ``create_data`` writes with
 ``--dynamic_masking`` (no ``masked_lm_*`` features), and every batch gets fresh 80/10/10 masks
-from vectorized TensorFlow ops, so each epoch sees different masks.
+from vectorized TensorFlow ops (``masking.mask_token_batch``), so each epoch sees different masks.
 """
-
-import dataclasses
-import os
 
 import tensorflow as tf
 
-from keras_largebatch.bert import vocab as vocab_lib
-
-# Record feature name -> accepted spellings; TF Model Garden writes the second ones.
-FEATURE_ALIASES = {
-    "input_ids": ("input_ids", "input_word_ids"),
-    "segment_ids": ("segment_ids", "input_type_ids"),
-}
-MASKED_LM_FEATURES = ("masked_lm_positions", "masked_lm_ids", "masked_lm_weights")
+from keras_largebatch._checks import check_bool, check_integer, check_optional_integer
+from keras_largebatch._file_patterns import resolve_file_patterns
+from keras_largebatch.bert import masking
+from keras_largebatch.bert import records
+from keras_largebatch.bert.masking import mask_token_batch  # noqa: F401 (public here too)
+from keras_largebatch.bert.records import FEATURE_ALIASES, MASKED_LM_FEATURES  # noqa: F401
 
 
 def make_pretraining_dataset(
@@ -53,7 +49,7 @@ def make_pretraining_dataset(
     cycle_length=8,
     dynamic_masking=False,
     vocabulary=None,
-    masked_lm_prob=0.15,
+    masked_lm_prob=masking.DEFAULT_MASKED_LM_PROB,
 ):
     """Returns a ``tf.data.Dataset`` of pretraining batches (structure in the module docstring).
 
@@ -83,19 +79,27 @@ def make_pretraining_dataset(
         masked_lm_prob: fraction of tokens to mask with ``dynamic_masking``.
 
     Raises:
+        TypeError: for an argument of the wrong type.
         ValueError: before any training, when no file matches a pattern, a file's first record
             lacks a feature or has a wrong length, or the arguments are out of range.
     """
-    _check_arguments(seq_length, max_predictions_per_seq, batch_size_per_replica, masked_lm_prob,
-                     shuffle_buffer_size, cycle_length)
+    records.check_lengths(seq_length, max_predictions_per_seq)
+    for argument, value in (("batch_size_per_replica", batch_size_per_replica),
+                            ("shuffle_buffer_size", shuffle_buffer_size),
+                            ("cycle_length", cycle_length)):
+        check_integer(argument, value, low=1)
+    masking.check_masked_lm_prob(masked_lm_prob)
+    check_bool("is_training", is_training)
+    check_bool("dynamic_masking", dynamic_masking)
+    check_optional_integer("seed", seed)
     files = resolve_record_files(file_patterns)
-    masking = None
+    dynamic_masker = None
     if dynamic_masking:
         if vocabulary is None:
             raise ValueError(
                 "dynamic_masking=True needs vocabulary (a token list or vocabulary file), got None"
             )
-        masking = _DynamicMasking.from_vocabulary(
+        dynamic_masker = masking.DynamicMasking.from_vocabulary(
             vocabulary, masked_lm_prob, max_predictions_per_seq
         )
     feature_names = check_record_file(files[0], seq_length, max_predictions_per_seq,
@@ -135,7 +139,7 @@ def make_pretraining_dataset(
     # Parsing whole batches with one parse_example call is several times faster than per record.
     dataset = dataset.batch(batch_size_per_replica, drop_remainder=True)
     parse = _make_parser(feature_names, seq_length, max_predictions_per_seq, dynamic_masking)
-    if masking is None:
+    if dynamic_masker is None:
         dataset = dataset.map(parse, num_parallel_calls=tf.data.AUTOTUNE)
     else:
         # One random value per batch, paired with the pipeline id, seeds the stateless mask
@@ -145,44 +149,16 @@ def make_pretraining_dataset(
             lambda value: tf.stack([value, tf.constant(pipeline_id, tf.int64)])
         )
         dataset = tf.data.Dataset.zip((dataset, batch_seeds)).map(
-            lambda serialized, batch_seed: masking(parse(serialized), batch_seed),
+            lambda serialized, batch_seed: dynamic_masker(parse(serialized), batch_seed),
             num_parallel_calls=tf.data.AUTOTUNE,
         )
     return dataset.prefetch(tf.data.AUTOTUNE)
 
 
-def _check_arguments(seq_length, max_predictions_per_seq, batch_size_per_replica, masked_lm_prob,
-                     shuffle_buffer_size, cycle_length):
-    if seq_length < 1:
-        raise ValueError(f"seq_length must be >= 1, got {seq_length}")
-    if not 1 <= max_predictions_per_seq <= seq_length:
-        raise ValueError(
-            f"max_predictions_per_seq must be in [1, seq_length={seq_length}], "
-            f"got {max_predictions_per_seq}"
-        )
-    if batch_size_per_replica < 1:
-        raise ValueError(f"batch_size_per_replica must be >= 1, got {batch_size_per_replica}")
-    if not 0.0 < masked_lm_prob < 1.0:
-        raise ValueError(f"masked_lm_prob must be in (0, 1), got {masked_lm_prob}")
-    if shuffle_buffer_size < 1:
-        raise ValueError(f"shuffle_buffer_size must be >= 1, got {shuffle_buffer_size}")
-    if cycle_length < 1:
-        raise ValueError(f"cycle_length must be >= 1, got {cycle_length}")
-
-
 def resolve_record_files(file_patterns):
-    """Expands record file patterns (sorted, duplicates removed); names a pattern matching none."""
-    if isinstance(file_patterns, (str, os.PathLike)):
-        file_patterns = [file_patterns]
-    if not file_patterns:
-        raise ValueError("file_patterns must name at least one record file or pattern, got none")
-    files = []
-    for pattern in file_patterns:
-        matches = tf.io.gfile.glob(os.fspath(pattern))
-        if not matches:
-            raise ValueError(f"record file pattern {os.fspath(pattern)!r} matches no file")
-        files.extend(matches)
-    return sorted(set(files))
+    """Expands record file patterns (``resolve_file_patterns``): sorted, each file once; raises
+    ValueError naming a pattern that matches none."""
+    return sorted(set(resolve_file_patterns(file_patterns, "file_patterns", "record")))
 
 
 def check_record_file(path, seq_length, max_predictions_per_seq, dynamic_masking=False):
@@ -204,70 +180,31 @@ def check_record_file(path, seq_length, max_predictions_per_seq, dynamic_masking
         raise ValueError(f"record file {path!r}: first record is not a tf.train.Example "
                          f"({error})") from error
 
-    def spelling(name):
-        for candidate in FEATURE_ALIASES.get(name, (name,)):
-            if candidate in features:
-                return candidate
-        accepted = " or ".join(map(repr, FEATURE_ALIASES.get(name, (name,))))
-        raise ValueError(
-            f"record file {path!r} lacks feature {accepted}; it has {sorted(features)}"
-        )
-
-    names = (spelling("input_ids"), spelling("segment_ids"))
-    expected = {names[0]: ("int64_list", seq_length, "seq_length"),
-                "input_mask": ("int64_list", seq_length, "seq_length"),
-                names[1]: ("int64_list", seq_length, "seq_length"),
-                "next_sentence_labels": ("int64_list", 1, "the schema")}
+    source = f"record file {path!r}"
+    names = records.feature_spellings(features, source)
     has_masked_lm = any(name in features for name in MASKED_LM_FEATURES)
     if dynamic_masking and has_masked_lm:
         raise ValueError(
-            f"record file {path!r} holds masked records (it has masked_lm_* features), but "
+            f"{source} holds masked records (it has masked_lm_* features), but "
             "dynamic_masking=True needs unmasked ones: write them with create_data "
             "--dynamic_masking, or pass dynamic_masking=False"
         )
-    if not dynamic_masking:
-        if not has_masked_lm:
-            raise ValueError(
-                f"record file {path!r} lacks masked_lm_positions, masked_lm_ids and "
-                "masked_lm_weights: it holds unmasked records; pass dynamic_masking=True with "
-                "a vocabulary to mask them while reading"
-            )
-        for name in ("masked_lm_positions", "masked_lm_ids"):
-            expected[name] = ("int64_list", max_predictions_per_seq, "max_predictions_per_seq")
-        expected["masked_lm_weights"] = (
-            "float_list", max_predictions_per_seq, "max_predictions_per_seq"
+    if not dynamic_masking and not has_masked_lm:
+        raise ValueError(
+            f"{source} lacks masked_lm_positions, masked_lm_ids and masked_lm_weights: it holds "
+            "unmasked records; pass dynamic_masking=True with a vocabulary to mask them while "
+            "reading"
         )
-    for name, (kind, length, length_source) in expected.items():
-        if name not in features:
-            raise ValueError(f"record file {path!r} lacks feature {name!r}; it has "
-                             f"{sorted(features)}")
-        actual_kind = features[name].WhichOneof("kind")
-        if actual_kind != kind:
-            raise ValueError(f"record file {path!r}: feature {name!r} is a {actual_kind}, "
-                             f"expected a {kind}")
-        actual_length = len(getattr(features[name], kind).value)
-        if actual_length != length:
-            source = "" if length_source == "the schema" else f"{length_source}="
-            raise ValueError(
-                f"record file {path!r}: feature {name!r} has {actual_length} values, expected "
-                f"{length} ({source}{length})"
-            )
+    records.check_example_features(features, seq_length, max_predictions_per_seq,
+                                   not dynamic_masking, names, source)
     return names
 
 
 def _make_parser(feature_names, seq_length, max_predictions_per_seq, dynamic_masking):
     """A function from a batch of serialized records to ``(features, labels, sample_weights)``."""
     input_ids_name, segment_ids_name = feature_names
-    spec = {
-        input_ids_name: tf.io.FixedLenFeature([seq_length], tf.int64),
-        "input_mask": tf.io.FixedLenFeature([seq_length], tf.int64),
-        segment_ids_name: tf.io.FixedLenFeature([seq_length], tf.int64),
-        "next_sentence_labels": tf.io.FixedLenFeature([1], tf.int64),
-    }
-    if not dynamic_masking:
-        spec["masked_lm_positions"] = tf.io.FixedLenFeature([max_predictions_per_seq], tf.int64)
-        spec["masked_lm_ids"] = tf.io.FixedLenFeature([max_predictions_per_seq], tf.int64)
-        spec["masked_lm_weights"] = tf.io.FixedLenFeature([max_predictions_per_seq], tf.float32)
+    spec = records.parsing_spec(seq_length, max_predictions_per_seq, not dynamic_masking,
+                                feature_names)
 
     def parse(serialized):
         # TPUs have no int64 arithmetic to speak of; every id fits in int32.
@@ -290,103 +227,3 @@ def _make_parser(feature_names, seq_length, max_predictions_per_seq, dynamic_mas
         return features, labels, sample_weights
 
     return parse
-
-
-@dataclasses.dataclass(frozen=True)
-class _DynamicMasking:
-    """Masks a parsed batch of unmasked sequences the way ``create_data`` does, in TF ops."""
-
-    mask_id: int
-    protected_ids: tuple
-    replacement_ids: tuple
-    masked_lm_prob: float
-    max_predictions_per_seq: int
-
-    @classmethod
-    def from_vocabulary(cls, vocabulary, masked_lm_prob, max_predictions_per_seq):
-        if isinstance(vocabulary, (str, os.PathLike)):
-            vocabulary = vocab_lib.load_vocabulary(os.fspath(vocabulary))
-        else:
-            vocab_lib.check_vocabulary(list(vocabulary))
-        special = vocab_lib.special_token_ids(vocabulary)
-        return cls(
-            mask_id=special[vocab_lib.MASK_TOKEN],
-            protected_ids=(special[vocab_lib.CLS_TOKEN], special[vocab_lib.SEP_TOKEN]),
-            replacement_ids=tuple(vocab_lib.replacement_token_ids(vocabulary)),
-            masked_lm_prob=masked_lm_prob,
-            max_predictions_per_seq=max_predictions_per_seq,
-        )
-
-    def __call__(self, batch, seed):
-        features, labels, sample_weights = batch
-        masked_token_ids, positions, original_ids, weights = mask_token_batch(
-            features["token_ids"], features["padding_mask"], seed, self.max_predictions_per_seq,
-            self.masked_lm_prob, self.mask_id, self.protected_ids, self.replacement_ids,
-        )
-        features = {**features, "token_ids": masked_token_ids, "mask_positions": positions}
-        return (features, {**labels, "masked_lm": original_ids},
-                {**sample_weights, "masked_lm": weights})
-
-
-def mask_token_batch(token_ids, padding_mask, seed, max_predictions_per_seq, masked_lm_prob,
-                     mask_id, protected_ids, replacement_ids):
-    """80/10/10 masking of a batch of ``[CLS] A [SEP] B [SEP]`` sequences, static shapes only.
-
-    Per sequence with ``n = sum(padding_mask)`` tokens, ``k = min(max_predictions_per_seq,
-    max(1, round(n * masked_lm_prob)))`` positions are drawn uniformly without replacement among
-    the real tokens that are not ``protected_ids`` (the top ``k`` of uniform scores); each becomes
-    ``mask_id`` with probability 0.8, a uniform draw from ``replacement_ids`` with 0.1, and stays
-    with 0.1. ``round`` halves to even, like Python's in ``create_data``.
-
-    Args:
-        token_ids, padding_mask: int32 ``[batch, seq_length]``.
-        seed: int ``[2]`` seed of the stateless random ops.
-
-    Returns:
-        ``(masked_token_ids, positions, original_ids, weights)``: positions ascending, padded
-        with 0; original ids padded with 0; weights 1.0 for real predictions, 0.0 for padding.
-    """
-    batch_size, seq_length = token_ids.shape
-    score_seed, choice_seed, replacement_seed = tf.unstack(
-        tf.random.experimental.stateless_split(seed, 3)
-    )
-    is_protected = tf.reduce_any(
-        token_ids[:, :, None] == tf.constant(protected_ids, token_ids.dtype), axis=-1
-    )
-    is_candidate = tf.logical_and(padding_mask > 0, tf.logical_not(is_protected))
-    num_tokens = tf.reduce_sum(tf.cast(padding_mask > 0, tf.float64), axis=1)
-    num_to_predict = tf.minimum(
-        tf.cast(tf.maximum(tf.round(num_tokens * masked_lm_prob), 1.0), tf.int32),
-        tf.minimum(max_predictions_per_seq, tf.reduce_sum(tf.cast(is_candidate, tf.int32), 1)),
-    )
-    # Non-candidates score -1, below every uniform score, so top_k picks candidates first.
-    scores = tf.where(
-        is_candidate, tf.random.stateless_uniform([batch_size, seq_length], score_seed), -1.0
-    )
-    _, top_positions = tf.math.top_k(scores, k=max_predictions_per_seq)
-    is_chosen = tf.range(max_predictions_per_seq)[None, :] < num_to_predict[:, None]
-    # Unchosen slots sort last as seq_length, then become padding.
-    positions = tf.sort(tf.where(is_chosen, top_positions, seq_length), axis=1)
-    is_real = positions < seq_length
-    positions = tf.where(is_real, positions, 0)
-    original_ids = tf.where(is_real, tf.gather(token_ids, positions, batch_dims=1), 0)
-
-    choice = tf.random.stateless_uniform([batch_size, max_predictions_per_seq], choice_seed)
-    random_ids = tf.gather(
-        tf.constant(replacement_ids, token_ids.dtype),
-        tf.random.stateless_uniform(
-            [batch_size, max_predictions_per_seq], replacement_seed,
-            minval=0, maxval=len(replacement_ids), dtype=tf.int32,
-        ),
-    )
-    new_ids = tf.where(choice < 0.8, mask_id, tf.where(choice < 0.9, random_ids, original_ids))
-    # A one-hot sum instead of a scatter: padding slots all point at position 0, and a scatter
-    # with repeated indices has no defined winner.
-    placement = tf.one_hot(positions, seq_length, dtype=token_ids.dtype) * tf.cast(
-        is_real, token_ids.dtype
-    )[:, :, None]
-    is_masked = tf.reduce_sum(placement, axis=1) > 0
-    masked_token_ids = tf.where(
-        is_masked, tf.reduce_sum(placement * new_ids[:, :, None], axis=1), token_ids
-    )
-    return masked_token_ids, positions, original_ids, tf.cast(is_real, tf.float32)

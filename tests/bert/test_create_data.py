@@ -14,6 +14,9 @@ import tensorflow as tf
 
 from keras_largebatch.bert import corpus as corpus_lib
 from keras_largebatch.bert import create_data
+from keras_largebatch.bert import instance_tasks
+from keras_largebatch.bert import instances
+from keras_largebatch.bert import pretraining_data
 from keras_largebatch.bert import vocab as vocab_lib
 
 NUM_DOCUMENTS = 60
@@ -188,7 +191,7 @@ def test_output_does_not_depend_on_worker_count(tagged_corpus, tmp_path):
     # Spawned workers import TensorFlow, so this runs the 2-worker path once, on 2 passes.
     one = _create(tagged_corpus, tmp_path / "one", dupe_factor=2, num_workers=1)
     two = _create(tagged_corpus, tmp_path / "two", dupe_factor=2, num_workers=2)
-    assert len(create_data._make_tasks(NUM_DOCUMENTS, 2, 7)) > 2
+    assert len(instance_tasks.make_tasks(NUM_DOCUMENTS, 2, 7)) > 2
     for path_one, path_two in zip(one.record_files, two.record_files):
         assert open(path_one, "rb").read() == open(path_two, "rb").read()
 
@@ -201,7 +204,7 @@ def test_refuses_to_overwrite_before_any_work(tagged_corpus, tmp_path, monkeypat
         raise AssertionError("read input before checking the output")
 
     with monkeypatch.context() as patch:
-        patch.setattr(create_data, "read_documents", fail)
+        patch.setattr(instances, "read_documents", fail)
         with pytest.raises(FileExistsError, match=r"already holds 5 output file.*--overwrite"):
             _create(tagged_corpus, tmp_path, dupe_factor=1, num_output_shards=4)
         # Shards of another shard count would mix into a glob, so they count as existing too.
@@ -235,7 +238,8 @@ def test_builds_vocabulary_when_none_is_given(tmp_path):
     text_file.write_text("\n".join(sentences) + "\n\n" + "\n".join(reversed(sentences)) + "\n")
     result = create_data.create_pretraining_data(
         [str(text_file)], str(tmp_path / "out"), vocabulary_size=100, max_seq_length=16,
-        max_predictions_per_seq=3, dupe_factor=1, num_output_shards=1, num_workers=1, progress=False)
+        max_predictions_per_seq=3, dupe_factor=1, num_output_shards=1, num_workers=1,
+        progress=False)
     vocabulary = vocab_lib.load_vocabulary(result.vocab_file)
     assert result.vocab_file == str(tmp_path / "out" / "vocab.txt")
     assert vocabulary[:5] == list(vocab_lib.SPECIAL_TOKENS) and "quick" in vocabulary
@@ -243,7 +247,8 @@ def test_builds_vocabulary_when_none_is_given(tmp_path):
 
 
 @pytest.mark.parametrize("kwargs, message", [
-    ({"max_predictions_per_seq": 65}, r"max_predictions_per_seq must be in \[1, max_seq_length=64\], got 65"),
+    ({"max_predictions_per_seq": 65},
+     r"max_predictions_per_seq must be in \[1, max_seq_length=64\], got 65"),
     ({"masked_lm_prob": 1.5}, r"masked_lm_prob must be in \(0, 1\), got 1.5"),
     ({"dupe_factor": 0}, "dupe_factor must be >= 1, got 0"),
     ({"num_output_shards": 0}, "num_output_shards must be >= 1, got 0"),
@@ -255,11 +260,25 @@ def test_rejects_bad_arguments(tagged_corpus, tmp_path, kwargs, message):
     assert not list(tmp_path.iterdir())
 
 
+@pytest.mark.parametrize("kwargs, message", [
+    ({"max_seq_length": 64.0}, "max_seq_length must be an integer, got 64.0 of type float"),
+    ({"masked_lm_prob": "0.15"}, "masked_lm_prob must be a number, got '0.15' of type str"),
+    ({"dupe_factor": "2"}, "dupe_factor must be an integer, got '2' of type str"),
+    ({"dynamic_masking": 1}, "dynamic_masking must be True or False, got 1"),
+    ({"num_workers": 1.5}, "num_workers must be an integer or None, got 1.5"),
+])
+def test_rejects_arguments_of_the_wrong_type(tagged_corpus, tmp_path, kwargs, message):
+    with pytest.raises(TypeError, match=message):
+        _create(tagged_corpus, tmp_path, **kwargs)
+    assert not list(tmp_path.iterdir())
+
+
 def test_rejects_missing_input_and_single_document(tagged_corpus, tmp_path):
     _, vocab_file, _ = tagged_corpus
     with pytest.raises(ValueError, match=r"input file pattern '.*nothing-\*\.txt' matches no file"):
-        create_data.create_pretraining_data([str(tmp_path / "nothing-*.txt")], str(tmp_path / "out"),
-                                            vocab_file=vocab_file, progress=False)
+        create_data.create_pretraining_data([str(tmp_path / "nothing-*.txt")],
+                                            str(tmp_path / "out"), vocab_file=vocab_file,
+                                            progress=False)
     single = tmp_path / "single.txt"
     single.write_text("d0s0 d0s0\nd0s1 d0s1\n")
     with pytest.raises(ValueError, match="hold 1 non-empty document.*at least 2"):
@@ -267,13 +286,17 @@ def test_rejects_missing_input_and_single_document(tagged_corpus, tmp_path):
                                             vocab_file=vocab_file, num_workers=1, progress=False)
 
 
+# A two-document stand-in for the embedded corpus keeps the default-data tests short.
+STAND_IN_DOCUMENTS = [[f"Sentence {word} of the first document." for word in "abcdef"],
+                      [f"Another {word} sentence in document two." for word in "ghijkl"]]
+STAND_IN_ARGUMENTS = dict(max_seq_length=16, max_predictions_per_seq=3, vocabulary_size=60,
+                          dupe_factor=2, num_output_shards=2, num_workers=1, progress=False)
+
+
 def test_default_data_is_reused_refused_or_overwritten(tmp_path, monkeypatch):
-    # A two-document stand-in for the embedded corpus keeps this test to a second.
-    documents = [[f"Sentence {word} of the first document." for word in "abcdef"],
-                 [f"Another {word} sentence in document two." for word in "ghijkl"]]
+    documents = STAND_IN_DOCUMENTS
     monkeypatch.setattr(corpus_lib, "default_corpus_documents", lambda: documents)
-    arguments = dict(max_seq_length=16, max_predictions_per_seq=3, vocabulary_size=60,
-                     dupe_factor=2, num_output_shards=2, num_workers=1, progress=False)
+    arguments = STAND_IN_ARGUMENTS
     first = create_data.create_default_pretraining_data(str(tmp_path), **arguments)
     corpus_text = open(tmp_path / "default_corpus.txt").read()
     assert [block.split("\n") for block in corpus_text.rstrip("\n").split("\n\n")] == documents
@@ -285,7 +308,7 @@ def test_default_data_is_reused_refused_or_overwritten(tmp_path, monkeypatch):
         raise AssertionError("recreated data that was already there")
 
     with monkeypatch.context() as patch:
-        patch.setattr(create_data, "_create", fail)
+        patch.setattr(pretraining_data, "_create", fail)
         again = create_data.create_default_pretraining_data(str(tmp_path), **arguments)
         assert (again.record_files, again.num_examples) == (first.record_files, first.num_examples)
         with pytest.raises(FileExistsError, match="--overwrite"):
@@ -307,11 +330,8 @@ def test_worker_count_defaults_to_parallel_only_for_large_inputs():
 
 def test_default_data_interrupted_before_its_manifest_is_redone(tmp_path, monkeypatch):
     # The manifest is written last; without it the directory's own files are regenerable.
-    documents = [[f"Sentence {word} of the first document." for word in "abcdef"],
-                 [f"Another {word} sentence in document two." for word in "ghijkl"]]
-    monkeypatch.setattr(corpus_lib, "default_corpus_documents", lambda: documents)
-    arguments = dict(max_seq_length=16, max_predictions_per_seq=3, vocabulary_size=60,
-                     dupe_factor=2, num_output_shards=2, num_workers=1, progress=False)
+    monkeypatch.setattr(corpus_lib, "default_corpus_documents", lambda: STAND_IN_DOCUMENTS)
+    arguments = STAND_IN_ARGUMENTS
     first = create_data.create_default_pretraining_data(str(tmp_path), **arguments)
     expected = [open(path, "rb").read() for path in first.record_files]
     os.remove(first.manifest_file)

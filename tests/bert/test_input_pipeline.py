@@ -207,25 +207,17 @@ def test_dynamic_masking(tmp_path):
         assert abs(outcomes[outcome] / total - probability) < tolerance, (outcome, outcomes)
 
 
-def test_mask_token_batch_round_half_to_even():
-    # 30 real tokens * 0.15 = 4.5 predictions, which rounds to 4 (as Python's round does).
-    tokens = tf.constant([[CLS] + [10] * 28 + [SEP] + [0] * 34], tf.int32)
-    padding_mask = tf.cast(tokens != 0, tf.int32)
-    _, _, _, weights = input_pipeline.mask_token_batch(
-        tokens, padding_mask, tf.constant([1, 2], tf.int64), 8, 0.15, MASK, (CLS, SEP),
-        tuple(range(5, 45)))
-    assert float(tf.reduce_sum(weights)) == round(30 * 0.15) == 4
-
-
 def test_error_when_no_file_matches(tmp_path):
     pattern = str(tmp_path / "missing-*.tfrecord")
-    with pytest.raises(ValueError, match=re.escape(f"record file pattern '{pattern}' matches no file")):
+    with pytest.raises(ValueError,
+                       match=re.escape(f"record file pattern '{pattern}' matches no file")):
         input_pipeline.make_pretraining_dataset(pattern, SEQ_LENGTH, MAX_PREDICTIONS, 2)
 
 
 def test_error_when_max_predictions_exceeds_seq_length(tmp_path):
     files, _ = _write_files(tmp_path, num_files=1, per_file=1)
-    with pytest.raises(ValueError, match=r"max_predictions_per_seq must be in \[1, seq_length=16\], got 17"):
+    with pytest.raises(ValueError,
+                       match=r"max_predictions_per_seq must be in \[1, seq_length=16\], got 17"):
         input_pipeline.make_pretraining_dataset(files, SEQ_LENGTH, 17, 2)
 
 
@@ -254,7 +246,8 @@ def test_error_for_empty_file_and_masking_variant_mismatch(tmp_path):
     with pytest.raises(ValueError, match=f"record file '{empty}' contains no records"):
         input_pipeline.make_pretraining_dataset(empty, SEQ_LENGTH, MAX_PREDICTIONS, 2)
     masked, _ = _write_files(tmp_path, num_files=1, per_file=1)
-    with pytest.raises(ValueError, match="holds masked records.*dynamic_masking=True needs unmasked"):
+    with pytest.raises(ValueError,
+                       match="holds masked records.*dynamic_masking=True needs unmasked"):
         input_pipeline.make_pretraining_dataset(masked, SEQ_LENGTH, MAX_PREDICTIONS, 2,
                                                 dynamic_masking=True, vocabulary=VOCABULARY)
     with pytest.raises(ValueError, match="dynamic_masking=True needs vocabulary"):
@@ -274,3 +267,24 @@ def test_error_when_files_spell_features_differently(tmp_path):
     with pytest.raises(ValueError, match=f"record file '{garden}' names its features "
                                          r"\('input_word_ids', 'input_type_ids'\)"):
         input_pipeline.make_pretraining_dataset([google, garden], SEQ_LENGTH, MAX_PREDICTIONS, 2)
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"seq_length": "16"}, "seq_length must be an integer, got '16' of type str"),
+    ({"batch_size_per_replica": 2.0}, "batch_size_per_replica must be an integer, got 2.0"),
+    ({"masked_lm_prob": "0.15"}, "masked_lm_prob must be a number, got '0.15' of type str"),
+    ({"dynamic_masking": "yes"}, "dynamic_masking must be True or False, got 'yes'"),
+    ({"file_patterns": 7}, "file_patterns must be a file pattern or a list of them, got 7"),
+])
+def test_error_for_an_argument_of_the_wrong_type(tmp_path, kwargs, message):
+    files, _ = _write_files(tmp_path, num_files=1, per_file=1)
+    arguments = dict(file_patterns=files, seq_length=SEQ_LENGTH,
+                     max_predictions_per_seq=MAX_PREDICTIONS, batch_size_per_replica=2)
+    with pytest.raises(TypeError, match=re.escape(message)):
+        input_pipeline.make_pretraining_dataset(**{**arguments, **kwargs})
+
+
+def test_comma_separated_patterns_name_each_file_once(tmp_path):
+    files, _ = _write_files(tmp_path, num_files=2, per_file=1)
+    comma_list = f"{files[1]},{tmp_path / 'data-*.tfrecord'}"
+    assert input_pipeline.resolve_record_files(comma_list) == files

@@ -1,22 +1,16 @@
 """Small BERT pretraining record files written field by field with tf.train.Example.
 
-For tests that train: random token ids over a small vocabulary, the google-research/bert
-schema (REFERENCE.md section 6), and a varying number of masked positions per example so that
-the masked-LM weights differ between examples (and between replicas).
+An independent reference for the package's record schema: the features are spelled out here as
+google-research/bert's ``create_pretraining_data.py`` writes them (input_ids, input_mask,
+segment_ids: int64 of seq_length; masked_lm_positions, masked_lm_ids: int64 and
+masked_lm_weights: float of max_predictions; next_sentence_labels: int64 of 1), not taken from
+the package. For tests that train: random token ids over a small vocabulary, and a varying
+number of masked positions per example so that the masked-LM weights differ between examples
+(and between replicas).
 """
 
 import numpy as np
 import tensorflow as tf
-
-FEATURE_LENGTHS = {
-    "input_ids": "seq",
-    "input_mask": "seq",
-    "segment_ids": "seq",
-    "masked_lm_positions": "pred",
-    "masked_lm_ids": "pred",
-    "masked_lm_weights": "pred",
-    "next_sentence_labels": 1,
-}
 
 
 def synthetic_example(rng, seq_length, max_predictions, vocabulary_size, drop=None, lengths=None,

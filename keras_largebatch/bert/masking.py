@@ -1,0 +1,203 @@
+"""Masked-LM masking, once for writing records and for masking them while reading.
+
+The rule of google-research/bert's ``create_pretraining_data.py`` (Devlin et al., "BERT:
+Pre-training of Deep Bidirectional Transformers for Language Understanding", arXiv:1810.04805).
+A sequence ``[CLS] A [SEP] B [SEP]`` of ``n`` tokens gets
+
+    num_to_predict = min(max_predictions_per_seq, max(1, round(n * masked_lm_prob)))
+
+positions (fewer only when fewer tokens are neither [CLS] nor [SEP]), drawn uniformly among the
+tokens that are neither; ``round`` halves to even, as Python's does. Each chosen token becomes
+[MASK] with probability 0.8, a random non-special token with probability 0.1, and stays itself
+with probability 0.1.
+
+``mask_tokens`` masks one id list with a ``random.Random`` (data creation, where the seed fixes
+the bytes); ``mask_token_batch`` masks a batch with stateless TensorFlow ops and static shapes
+(the input pipeline's dynamic masking).
+"""
+
+import dataclasses
+import os
+
+import tensorflow as tf
+
+from keras_largebatch._checks import check_number
+from keras_largebatch.bert import vocab as vocab_lib
+
+DEFAULT_MASKED_LM_PROB = 0.15
+# The 80/10/10 rule for a uniform draw in [0, 1): [MASK] below MASK_BELOW, a random token
+# below RANDOM_TOKEN_BELOW, the token itself above.
+MASK_BELOW = 0.8
+RANDOM_TOKEN_BELOW = 0.9
+
+
+# num_to_predict's operations for tensors; tf.round halves to even, like Python's round.
+TENSORFLOW_OPS = {
+    "minimum": tf.minimum,
+    "maximum": tf.maximum,
+    "round_half_even": lambda value: tf.cast(tf.round(value), tf.int32),
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class TokenIds:
+    """The vocabulary ids masking needs: [CLS], [SEP], [MASK] and the random replacements."""
+
+    cls_id: int
+    sep_id: int
+    mask_id: int
+    replacement_ids: tuple
+
+    @classmethod
+    def from_vocabulary(cls, vocabulary):
+        special = vocab_lib.special_token_ids(vocabulary)
+        return cls(
+            cls_id=special[vocab_lib.CLS_TOKEN],
+            sep_id=special[vocab_lib.SEP_TOKEN],
+            mask_id=special[vocab_lib.MASK_TOKEN],
+            replacement_ids=tuple(vocab_lib.replacement_token_ids(vocabulary)),
+        )
+
+    @property
+    def protected_ids(self):
+        """Ids never masked."""
+        return (self.cls_id, self.sep_id)
+
+
+def check_masked_lm_prob(masked_lm_prob):
+    """Raises unless ``masked_lm_prob`` is a number in (0, 1)."""
+    check_number("masked_lm_prob", masked_lm_prob, low=0, high=1, low_open=True, high_open=True)
+
+
+def num_to_predict(num_tokens, num_candidates, max_predictions_per_seq, masked_lm_prob,
+                   minimum=min, maximum=max, round_half_even=round):
+    """Masked positions for a sequence (module docstring); Python numbers by default, int32
+    tensors with ``**TENSORFLOW_OPS`` (``num_tokens`` then a float64 tensor)."""
+    return minimum(
+        minimum(max_predictions_per_seq, num_candidates),
+        maximum(1, round_half_even(num_tokens * masked_lm_prob)),
+    )
+
+
+def mask_tokens(tokens, options, token_ids, rng):
+    """Masks a ``[CLS] A [SEP] B [SEP]`` id list (module docstring).
+
+    Args:
+        tokens: the ids.
+        options: has ``max_predictions_per_seq`` and ``masked_lm_prob`` (an ``InstanceOptions``).
+        token_ids: a ``TokenIds``.
+        rng: a ``random.Random``, the only source of randomness.
+
+    Returns:
+        ``(masked_tokens, positions, original_ids)`` with positions ascending.
+    """
+    candidates = [
+        position for position, token in enumerate(tokens) if token not in token_ids.protected_ids
+    ]
+    count = num_to_predict(
+        len(tokens), len(candidates), options.max_predictions_per_seq, options.masked_lm_prob
+    )
+    positions = sorted(rng.sample(candidates, count))
+    masked_tokens = list(tokens)
+    for position in positions:
+        draw = rng.random()
+        if draw < MASK_BELOW:
+            masked_tokens[position] = token_ids.mask_id
+        elif draw < RANDOM_TOKEN_BELOW:
+            masked_tokens[position] = rng.choice(token_ids.replacement_ids)
+    return masked_tokens, positions, [tokens[position] for position in positions]
+
+
+def mask_token_batch(token_ids, padding_mask, seed, max_predictions_per_seq, masked_lm_prob,
+                     mask_id, protected_ids, replacement_ids):
+    """Masks a batch of ``[CLS] A [SEP] B [SEP]`` sequences (module docstring), static shapes only.
+
+    The ``n`` of a sequence is ``sum(padding_mask)``; its positions are the top
+    ``num_to_predict`` of uniform scores over the real tokens not in ``protected_ids``, and a
+    random token is a uniform draw from ``replacement_ids``.
+
+    Args:
+        token_ids, padding_mask: int32 ``[batch, seq_length]``.
+        seed: int ``[2]`` seed of the stateless random ops.
+
+    Returns:
+        ``(masked_token_ids, positions, original_ids, weights)``: positions ascending, padded
+        with 0; original ids padded with 0; weights 1.0 for real predictions, 0.0 for padding.
+    """
+    batch_size, seq_length = token_ids.shape
+    score_seed, choice_seed, replacement_seed = tf.unstack(
+        tf.random.experimental.stateless_split(seed, 3)
+    )
+    is_protected = tf.reduce_any(
+        token_ids[:, :, None] == tf.constant(protected_ids, token_ids.dtype), axis=-1
+    )
+    is_candidate = tf.logical_and(padding_mask > 0, tf.logical_not(is_protected))
+    count = num_to_predict(
+        tf.reduce_sum(tf.cast(padding_mask > 0, tf.float64), axis=1),
+        tf.reduce_sum(tf.cast(is_candidate, tf.int32), 1),
+        max_predictions_per_seq,
+        masked_lm_prob,
+        **TENSORFLOW_OPS,
+    )
+    # Non-candidates score -1, below every uniform score, so top_k picks candidates first.
+    scores = tf.where(
+        is_candidate, tf.random.stateless_uniform([batch_size, seq_length], score_seed), -1.0
+    )
+    _, top_positions = tf.math.top_k(scores, k=max_predictions_per_seq)
+    is_chosen = tf.range(max_predictions_per_seq)[None, :] < count[:, None]
+    # Unchosen slots sort last as seq_length, then become padding.
+    positions = tf.sort(tf.where(is_chosen, top_positions, seq_length), axis=1)
+    is_real = positions < seq_length
+    positions = tf.where(is_real, positions, 0)
+    original_ids = tf.where(is_real, tf.gather(token_ids, positions, batch_dims=1), 0)
+
+    draw = tf.random.stateless_uniform([batch_size, max_predictions_per_seq], choice_seed)
+    random_ids = tf.gather(
+        tf.constant(replacement_ids, token_ids.dtype),
+        tf.random.stateless_uniform(
+            [batch_size, max_predictions_per_seq], replacement_seed,
+            minval=0, maxval=len(replacement_ids), dtype=tf.int32,
+        ),
+    )
+    new_ids = tf.where(
+        draw < MASK_BELOW, mask_id, tf.where(draw < RANDOM_TOKEN_BELOW, random_ids, original_ids)
+    )
+    # A one-hot sum instead of a scatter: padding slots all point at position 0, and a scatter
+    # with repeated indices has no defined winner.
+    placement = tf.one_hot(positions, seq_length, dtype=token_ids.dtype) * tf.cast(
+        is_real, token_ids.dtype
+    )[:, :, None]
+    is_masked = tf.reduce_sum(placement, axis=1) > 0
+    masked_token_ids = tf.where(
+        is_masked, tf.reduce_sum(placement * new_ids[:, :, None], axis=1), token_ids
+    )
+    return masked_token_ids, positions, original_ids, tf.cast(is_real, tf.float32)
+
+
+@dataclasses.dataclass(frozen=True)
+class DynamicMasking:
+    """Masks a parsed batch ``(features, labels, sample_weights)`` of unmasked sequences."""
+
+    token_ids: TokenIds
+    masked_lm_prob: float
+    max_predictions_per_seq: int
+
+    @classmethod
+    def from_vocabulary(cls, vocabulary, masked_lm_prob, max_predictions_per_seq):
+        """``vocabulary``: a list of tokens or a vocabulary file."""
+        if isinstance(vocabulary, (str, os.PathLike)):
+            vocabulary = vocab_lib.load_vocabulary(os.fspath(vocabulary))
+        else:
+            vocab_lib.check_vocabulary(list(vocabulary))
+        return cls(TokenIds.from_vocabulary(vocabulary), masked_lm_prob, max_predictions_per_seq)
+
+    def __call__(self, batch, seed):
+        features, labels, sample_weights = batch
+        masked_token_ids, positions, original_ids, weights = mask_token_batch(
+            features["token_ids"], features["padding_mask"], seed, self.max_predictions_per_seq,
+            self.masked_lm_prob, self.token_ids.mask_id, self.token_ids.protected_ids,
+            self.token_ids.replacement_ids,
+        )
+        features = {**features, "token_ids": masked_token_ids, "mask_positions": positions}
+        return (features, {**labels, "masked_lm": original_ids},
+                {**sample_weights, "masked_lm": weights})
