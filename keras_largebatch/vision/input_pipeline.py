@@ -76,7 +76,8 @@ def make_imagenet_dataset(
             reading makes vary between runs.
         label_offset: the records' label of class 0 (1 for the TPU / Model Garden records).
         num_classes: the number of classes.
-        augmentation_seed: seed of the training crops and flips.
+        augmentation_seed: seed of the training crops and flips: with ``shuffle_seed=None`` they
+            are then a function of the record's position in the (repeated) dataset.
         dtype: of the images, e.g. ``tf.bfloat16``.
         mean, stddev: per-channel normalization, 0-255 range.
         shuffle_buffer_size: records in the shuffle buffer (with ``shuffle_seed``).
@@ -92,8 +93,8 @@ def make_imagenet_dataset(
     _checks.check_integer("shuffle_buffer_size", shuffle_buffer_size, low=1)
     _checks.check_integer("cycle_length", cycle_length, low=1)
     dtype = preprocessing.check_preprocessing_arguments(image_size, mean, stddev, dtype)
-    share = check_imagenet_input(file_patterns, batch_size, input_context, num_classes,
-                                 label_offset)
+    share = _pipeline_share(resolve_record_files(file_patterns), input_context)
+    _check_share(share, batch_size, num_classes, label_offset)
 
     records = _read_records(share, shuffle_seed, cycle_length)
     if shuffle_seed is not None:
@@ -133,16 +134,17 @@ def check_imagenet_input(file_patterns, batch_size, input_context=None,
     records up to ``batch_size``: a pipeline with fewer records than one batch would yield no
     batch at all (``drop_remainder=True``), and a trainer repeating it would wait forever.
 
-    Returns:
-        The pipeline's share of the files (used by `make_imagenet_dataset`).
-
     Raises:
         ValueError: when a pattern matches no file, a file fails its check, or the pipeline has
             fewer records than ``batch_size`` (naming both numbers).
     """
+    _check_share(_pipeline_share(resolve_record_files(file_patterns), input_context), batch_size,
+                 num_classes, label_offset)
+
+
+def _check_share(share, batch_size, num_classes, label_offset):
     _checks.check_integer("batch_size", batch_size, low=1)
     imagenet_records.check_label_arguments(num_classes, label_offset)
-    share = _pipeline_share(resolve_record_files(file_patterns), input_context)
     for path in share.files:
         imagenet_records.check_record_file(path, num_classes, label_offset)
     num_records = _count(_read_records(share, None, cycle_length=1), limit=batch_size)
@@ -152,7 +154,6 @@ def check_imagenet_input(file_patterns, batch_size, input_context=None,
             f"{batch_size}: batches drop the remainder, so it would yield no batch; use a "
             f"batch_size of at most {num_records} or more data"
         )
-    return share
 
 
 def count_records(file_patterns, input_context=None, limit=None):

@@ -84,6 +84,20 @@ def test_pipelines_read_disjoint_records_that_make_up_the_data(record_files, num
             for pipeline_id in range(num_pipelines)] == [len(share) for share in shares]
 
 
+def test_distribute_datasets_from_function_gives_each_replica_a_static_batch(record_files):
+    strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+
+    def dataset_fn(input_context):
+        return _dataset(record_files, input_context.get_per_replica_batch_size(8),
+                        is_training=True, input_context=input_context).repeat().skip(1)
+
+    images, labels = next(iter(strategy.distribute_datasets_from_function(dataset_fn)))
+    for replica_images, replica_labels in zip(strategy.experimental_local_results(images),
+                                              strategy.experimental_local_results(labels)):
+        assert replica_images.shape == (4, IMAGE_SIZE, IMAGE_SIZE, 3)
+        assert replica_labels.shape == (4,)
+
+
 def test_fixed_order_training_is_reproducible_and_resumable(record_files):
     def run():
         return _batches(_dataset(record_files, is_training=True).repeat().take(8))
@@ -121,6 +135,9 @@ def test_batch_larger_than_the_data_is_refused(record_files):
     with pytest.raises(ValueError, match=r"input pipeline 1 of 2 \(files \['.*train-00001-of-"
                                          r"00003'\]\) holds 6 records, fewer than batch_size=7"):
         _dataset(record_files, batch_size=7, input_context=_context(2, 1))
+    input_pipeline.check_imagenet_input(record_files, 18, num_classes=NUM_CLASSES)
+    with pytest.raises(ValueError, match="holds 18 records, fewer than batch_size=19"):
+        input_pipeline.check_imagenet_input(record_files, 19, num_classes=NUM_CLASSES)
     assert input_pipeline.count_records(record_files) == 18
     assert input_pipeline.count_records(record_files, limit=5) == 5
 
