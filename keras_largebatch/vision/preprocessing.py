@@ -39,7 +39,10 @@ def check_preprocessing_arguments(image_size, mean, stddev, dtype):
     """Raises TypeError or ValueError for a bad argument; returns ``dtype`` as a `tf.DType`."""
     _checks.check_integer("image_size", image_size, low=1)
     for argument, values, low_open in (("mean", mean, False), ("stddev", stddev, True)):
-        if isinstance(values, str) or len(values) != 3:
+        if isinstance(values, str) or not isinstance(values, (list, tuple)):
+            raise TypeError(f"{argument} must be a list or tuple of 3 numbers (red, green, "
+                            f"blue), got {values!r}")
+        if len(values) != 3:
             raise ValueError(f"{argument} must be 3 numbers (red, green, blue), got {values!r}")
         for channel, value in zip("RGB", values):
             _checks.check_number(f"{argument}[{channel}]", value, low=0, low_open=low_open)

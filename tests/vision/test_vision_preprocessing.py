@@ -135,6 +135,7 @@ def test_train_crops_and_flips_read_back_from_the_pixels():
     ({"image_size": 0}, ValueError, r"image_size must be in \[1, inf\], got 0"),
     ({"image_size": 24.0}, TypeError, "image_size must be an integer, got 24.0"),
     ({"mean": (1.0, 2.0)}, ValueError, r"mean must be 3 numbers \(red, green, blue\)"),
+    ({"mean": 0.5}, TypeError, "mean must be a list or tuple of 3 numbers .*got 0.5"),
     ({"stddev": (1.0, 0.0, 1.0)}, ValueError, r"stddev\[G\] must be in \(0, inf\], got 0.0"),
     ({"dtype": tf.int32}, ValueError, "dtype must be a floating-point dtype .*got int32"),
     ({"dtype": "float33"}, TypeError, "dtype must be a floating-point dtype, got 'float33'"),
