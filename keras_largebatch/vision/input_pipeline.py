@@ -181,8 +181,9 @@ def _pipeline_share(files, input_context):
         own = files[pipeline_id::num_pipelines]
         return _PipelineShare(own, 1, 0, f"{where} ({_describe(own)})")
     # Too few files to give each pipeline its own: each reads every num_pipelines-th record.
+    records = f"records {pipeline_id}, {pipeline_id + num_pipelines}, ..."
     return _PipelineShare(files, num_pipelines, pipeline_id,
-                          f"{where} (every {num_pipelines}th record of {_describe(files)})")
+                          f"{where} ({records} of each of {_describe(files)})")
 
 
 def _describe(files):

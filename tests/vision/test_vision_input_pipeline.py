@@ -139,6 +139,10 @@ def test_batch_larger_than_the_data_is_refused(record_files):
     with pytest.raises(ValueError, match="holds 18 records, fewer than batch_size=19"):
         input_pipeline.check_imagenet_input(record_files, 19, num_classes=NUM_CLASSES)
     assert input_pipeline.count_records(record_files) == 18
+    with pytest.raises(ValueError, match=r"input pipeline 3 of 4 \(records 3, 7, \.\.\. of each "
+                                         r"of files \[.*\]\) holds 3 records, fewer than "
+                                         r"batch_size=4"):
+        _dataset(record_files, batch_size=4, input_context=_context(4, 3))
     assert input_pipeline.count_records(record_files, limit=5) == 5
 
 
