@@ -9,7 +9,8 @@ this is not input-bound.
 """
 
 import argparse
-import time
+
+from throughput import median_items_per_second
 
 from keras_largebatch.bert import create_data
 from keras_largebatch.bert import input_pipeline
@@ -22,16 +23,7 @@ def measure_examples_per_second(record_files, batch_size, steps, warmup_steps, s
     dataset = input_pipeline.make_pretraining_dataset(
         record_files, seq_length, max_predictions_per_seq, batch_size, seed=0,
         dynamic_masking=dynamic_masking, vocabulary=vocab_file)
-    iterator = iter(dataset)
-    for _ in range(warmup_steps):
-        next(iterator)
-    rates = []
-    for _ in range(5):
-        start = time.perf_counter()
-        for _ in range(steps):
-            next(iterator)
-        rates.append(steps * batch_size / (time.perf_counter() - start))
-    return sorted(rates)[len(rates) // 2]
+    return median_items_per_second(iter(dataset), batch_size, steps, warmup_steps)
 
 
 def main(argv=None):
