@@ -50,3 +50,8 @@ def resolve_file_patterns(patterns, argument, kind):
                 raise ValueError(f"{kind} file pattern {piece!r} matches no file")
             paths.extend(matches)
     return paths
+
+
+def resolve_record_files(file_patterns, argument="file_patterns"):
+    """Expands record file patterns (`resolve_file_patterns`): sorted, each file once."""
+    return sorted(set(resolve_file_patterns(file_patterns, argument, "record")))

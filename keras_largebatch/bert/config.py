@@ -23,6 +23,7 @@ import dataclasses
 from typing import Optional
 
 from keras_largebatch import _checks
+from keras_largebatch.bert import pretraining_data, records
 from keras_largebatch.bert.model import MODEL_SIZES
 from keras_largebatch.training import config as training_config
 from keras_largebatch.training.config import MIXED_PRECISION_POLICIES, StrategyConfig
@@ -70,8 +71,8 @@ class PhaseConfig(training_config.PhaseConfig):
     optimizer whose rate warms up again from 0 (the LAMB 64K/32K mixed-batch run).
     """
 
-    seq_length: int = 128  # tokens per example (the records' max_seq_length)
-    max_predictions_per_seq: int = 20  # masked positions per example (the records')
+    seq_length: int = records.DEFAULT_MAX_SEQ_LENGTH  # tokens per example (the records')
+    max_predictions_per_seq: int = records.DEFAULT_MAX_PREDICTIONS_PER_SEQ  # masked positions
     peak_learning_rate: float = 1.0e-2  # rate at the end of warmup
     warmup_steps: int = 60  # linear warmup from 0, in optimizer steps
     end_learning_rate: float = 0.0  # rate at the end of the polynomial decay
@@ -129,10 +130,10 @@ class DataConfig:
 
     vocab_file: Optional[str] = None  # vocabulary of the records; None: the default corpus's
     vocabulary_size: int = 8000  # most tokens of the default corpus's built vocabulary
-    dupe_factor: int = 5  # passes over the default corpus when its records are created
+    dupe_factor: int = pretraining_data.DEFAULT_CORPUS_DUPE_FACTOR  # passes over the corpus
     deterministic: bool = True  # fixed read order: exact resume; False: parallel, reseeded
     shuffle_buffer_size: int = 10000  # examples in the shuffle buffer (deterministic=False)
-    seed: int = 12345  # seed of the default records and of the shuffle
+    seed: int = pretraining_data.DEFAULT_SEED  # seed of the default records and the shuffle
 
 
 @dataclasses.dataclass

@@ -30,7 +30,7 @@ from vectorized TensorFlow ops (``masking.mask_token_batch``), so each epoch see
 import tensorflow as tf
 
 from keras_largebatch._checks import check_bool, check_integer, check_optional_integer
-from keras_largebatch._file_patterns import resolve_file_patterns
+from keras_largebatch._file_patterns import resolve_record_files
 from keras_largebatch.bert import masking
 from keras_largebatch.bert import records
 from keras_largebatch.bert.masking import mask_token_batch  # noqa: F401 (public here too)
@@ -153,12 +153,6 @@ def make_pretraining_dataset(
             num_parallel_calls=tf.data.AUTOTUNE,
         )
     return dataset.prefetch(tf.data.AUTOTUNE)
-
-
-def resolve_record_files(file_patterns):
-    """Expands record file patterns (``resolve_file_patterns``): sorted, each file once; raises
-    ValueError naming a pattern that matches none."""
-    return sorted(set(resolve_file_patterns(file_patterns, "file_patterns", "record")))
 
 
 def check_record_file(path, seq_length, max_predictions_per_seq, dynamic_masking=False):

@@ -70,6 +70,7 @@ class DataConfig:
     """Where the images come from and how they are read."""
 
     dataset: str = "fashion_mnist"  # fashion_mnist (keras.datasets) or imagenet (TFRecords)
+    fashion_mnist_dir: str = fashion_mnist.DEBIAN_DIR  # copied to the Keras cache if missing
     train_files: Optional[list[str]] = None  # ImageNet-format training record globs
     eval_files: Optional[list[str]] = None  # ImageNet-format validation record globs
     label_offset: int = 1  # record label of class 0 (1 in the TPU / TF Model Garden records)

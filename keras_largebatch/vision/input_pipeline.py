@@ -30,7 +30,7 @@ import collections
 import tensorflow as tf
 
 from keras_largebatch import _checks
-from keras_largebatch.bert.input_pipeline import resolve_record_files
+from keras_largebatch._file_patterns import resolve_record_files
 from keras_largebatch.vision import imagenet_records
 from keras_largebatch.vision import preprocessing
 

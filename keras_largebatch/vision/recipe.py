@@ -37,7 +37,7 @@ class ImageClassification(Recipe):
         micro_batch = max(p.global_batch_size // p.gradient_accumulation_steps
                           for p in config.phases)
         if data.dataset == "fashion_mnist":
-            (train_x, train_y), (test_x, test_y) = fashion_mnist.load()
+            (train_x, train_y), (test_x, test_y) = fashion_mnist.load(data.fashion_mnist_dir)
             self._arrays = {"train": (train_x, train_y), "eval": (test_x, test_y)}
             for split, (images, _) in self._arrays.items():
                 batch = micro_batch if split == "train" else data.eval_batch_size

@@ -93,12 +93,13 @@ def test_the_command_trains_until_the_target_on_fashion_mnist_files(tmp_path):
     assert "target reached" in finished.stderr
 
 
-def test_the_command_without_data_fails_before_training(tmp_path):
-    finished = _command(tmp_path)
-    if os.path.exists(os.path.join(fashion_mnist.DEBIAN_DIR, fashion_mnist.FILES[0])):
-        pytest.skip("the Debian package is installed here, so the data is found")
-    assert finished.returncode == 2
-    assert "apt-get install dataset-fashion-mnist" in finished.stderr
+def test_without_the_data_the_command_fails_before_training(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("KERAS_HOME", str(tmp_path / "empty"))
+    assert train_lib.main([f"output_dir={tmp_path / 'run'}",
+                           f"data.fashion_mnist_dir={tmp_path / 'nowhere'}"]) == 2
+    error = capsys.readouterr().err
+    assert "error: Fashion-MNIST is not available offline" in error
+    assert "apt-get install dataset-fashion-mnist" in error
     assert not os.path.exists(tmp_path / "run" / "checkpoints")
 
 
