@@ -13,7 +13,8 @@ import keras
 import keras_hub
 from keras import ops
 
-# google-research/bert's released sizes (REFERENCE.md section 5); intermediate = 4 x hidden.
+# google-research/bert's released sizes (its README, "BERT-Tiny" to "BERT-Large"); intermediate
+# = 4 x hidden.
 MODEL_SIZES = {
     "tiny": {"num_layers": 2, "hidden_dim": 128, "num_heads": 2},
     "mini": {"num_layers": 4, "hidden_dim": 256, "num_heads": 4},

@@ -126,7 +126,8 @@ def test_unknown_key_in_a_file(tmp_path):
 
 
 def test_tpu_configs_hold_the_published_recipes():
-    """The recipes of REFERENCE.md section 4, transcribed by hand here."""
+    """The published recipes (You et al. 2020, arXiv:1904.00962; NVIDIA DeepLearningExamples
+    BERT), transcribed by hand here."""
     configs = {os.path.basename(path): config_lib.load_config(path)
                for path in glob.glob(os.path.join(REPOSITORY, "tpu_configs", "*.yaml"))}
     nvidia = configs["bert_large_lamb_nvidia.yaml"]

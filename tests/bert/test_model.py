@@ -52,7 +52,7 @@ def _cross_entropy(logits, labels):
 
 
 def test_sizes_are_google_research_berts():
-    # REFERENCE.md section 5, written out again as the reference.
+    # google-research/bert's README table of sizes, written out again as the reference.
     expected = {"tiny": (2, 128, 2), "mini": (4, 256, 4), "small": (4, 512, 8),
                 "medium": (8, 512, 8), "base": (12, 768, 12), "large": (24, 1024, 16)}
     assert {name: (size["num_layers"], size["hidden_dim"], size["num_heads"])
