@@ -336,13 +336,13 @@ def _multi_replica_context():
 
 
 def _densify(grads):
-    """TF embedding gradients arrive as `tf.IndexedSlices`, whose rows may repeat (a row per
-    occurrence of a token). The second moment, the norms and the clip factor are functions of
-    the summed rows, so they are computed on the dense gradient; squaring the slices instead
-    (as Keras's Adam does) gets them wrong whenever a row repeats.
+    """Embedding gradients arrive sparse (`tf.IndexedSlices` on TF, `BCOO` on JAX), and their
+    rows may repeat (a row per occurrence of a token). The second moment, the norms and the clip
+    factor are functions of the summed rows, so they are computed on the dense gradient;
+    squaring the slices instead (as Keras's Adam does) gets them wrong whenever a row repeats.
     """
     if keras.backend.backend() != "tensorflow":
-        return grads
+        return [ops.convert_to_tensor(g, sparse=False) for g in grads]
     import tensorflow as tf
 
     return [tf.convert_to_tensor(g) if isinstance(g, tf.IndexedSlices) else g for g in grads]
