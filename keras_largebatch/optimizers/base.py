@@ -293,9 +293,9 @@ class LayerwiseAdaptiveOptimizer(keras.optimizers.Optimizer):
         for grad, variable in zip(grads, variables):
             self.update_step(grad, variable, learning_rate)
         for variable, old in zip(state, before):
-            variable.assign(ops.where(is_update_step, variable.value, old))
+            self.assign(variable, ops.where(is_update_step, variable.value, old))
         for accumulator, total in zip(accumulators, totals):
-            accumulator.assign(ops.where(is_update_step, ops.zeros_like(total), total))
+            self.assign(accumulator, ops.where(is_update_step, ops.zeros_like(total), total))
 
     def get_config(self):
         config = super().get_config()
