@@ -255,11 +255,22 @@ class LayerwiseAdaptiveOptimizer(keras.optimizers.Optimizer):
         if self.use_ema:
             self._update_model_variables_moving_average(self._trainable_variables)
             if self.ema_overwrite_frequency:
-                ops.cond(
-                    (self.iterations + 1) % self.ema_overwrite_frequency == 0,
-                    lambda: self._overwrite_model_variables_with_average_value(self._trainable_variables),
-                    lambda: None,
-                )
+                overwrite = ops.equal((self.iterations + 1) % self.ema_overwrite_frequency, 0)
+                if keras.backend.backend() == "jax":
+                    # JAX runs both branches of a cond, assignments included: choose between
+                    # the weights and their averages with `where` instead.
+                    for variable, average in zip(
+                        self._trainable_variables, self._model_variables_moving_average
+                    ):
+                        self.assign(variable, ops.where(overwrite, average.value, variable.value))
+                else:
+                    ops.cond(
+                        overwrite,
+                        lambda: self._overwrite_model_variables_with_average_value(
+                            self._trainable_variables
+                        ),
+                        lambda: None,
+                    )
 
     def _accumulate_with_cond(
         self, grads, variables, learning_rate, totals, accumulators, is_update_step, finite
