@@ -28,15 +28,17 @@ Keras tests that cannot apply to a layer-wise optimizer as written, and why:
   name, which test_serialization.py checks.
 """
 
-import types
 from unittest import mock
 
 import keras
 import numpy as np
 import pytest
 from absl.testing import parameterized
-from keras.src import testing
 from keras.src import optimizers as keras_optimizers
+from keras.src import testing
+
+# Keras's test modules, not their classes: pytest collects every TestCase bound to a name here,
+# and would run Keras's classes with Keras's optimizers.
 from keras.src.optimizers import optimizer_sparse_test as keras_sparse_test
 from keras.src.optimizers import optimizer_test as keras_optimizer_test
 
@@ -107,17 +109,18 @@ class _OursInPlaceOfKeras:
         return getattr(keras_optimizers, name)
 
 
-# A namespace rather than the class itself, which pytest would collect and run with Keras's
-# optimizers.
-_KERAS = types.SimpleNamespace(**vars(keras_optimizer_test.OptimizerTest))
-
-
 class _WithOurOptimizer:
-    """Runs Keras's tests with ``optimizer_class(**ours)`` for every optimizer they build, the
-    test's own arguments taking precedence."""
+    """Runs the Keras tests named in ``keras_tests`` with ``optimizer_class(**ours)`` for every
+    optimizer they build, the test's own arguments taking precedence."""
 
+    keras_tests = ()
     optimizer_class = None
     ours = {}
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        for name in cls.keras_tests:
+            setattr(cls, name, getattr(keras_optimizer_test.OptimizerTest, name))
 
     def setUp(self):
         super().setUp()
@@ -133,46 +136,32 @@ class _WithOurOptimizer:
 class _KerasOptimizerTests(_WithOurOptimizer):
     """Keras's tests whose assertions hold for any optimizer."""
 
-    test_iterations_counter = _KERAS.test_iterations_counter
-    test_clip_args = _KERAS.test_clip_args
-    test_clip_norm = _KERAS.test_clip_norm
-    test_clip_value = _KERAS.test_clip_value
-    test_global_clip_norm = _KERAS.test_global_clip_norm
-    test_constraints_are_applied = _KERAS.test_constraints_are_applied
-    test_set_weights = _KERAS.test_set_weights
-    test_tf_checkpointing = _KERAS.test_tf_checkpointing
-    test_mixed_with_tf_variables = _KERAS.test_mixed_with_tf_variables
-    test_setting_lr_to_callable_untracks_lr_var = _KERAS.test_setting_lr_to_callable_untracks_lr_var
-    # Keras parametrizes these two by its optimizers' names; with ours in place every case is
-    # the same test, so one runs.
-    test_gradient_accumulation_with_weight_decay = (
-        _KERAS.test_gradient_accumulation_with_weigth_decay0
+    keras_tests = (
+        "test_iterations_counter",
+        "test_clip_args",
+        "test_clip_norm",
+        "test_clip_value",
+        "test_global_clip_norm",
+        "test_constraints_are_applied",
+        "test_set_weights",
+        "test_tf_checkpointing",
+        "test_mixed_with_tf_variables",
+        "test_setting_lr_to_callable_untracks_lr_var",
+        # Keras parametrizes these two by its optimizers' names; with ours in place every
+        # case is the same test, so only the first runs.
+        "test_gradient_accumulation_with_weigth_decay0",
+        "test_pickleable_optimizers0",
     )
-    test_pickleable_optimizers = _KERAS.test_pickleable_optimizers0
 
 
-class LAMBKerasOptimizerTest(_KerasOptimizerTests, testing.TestCase):
-    optimizer_class, ours = CASES["lamb"][:2]
-
-
-class LAMBWeightDecayKerasOptimizerTest(_KerasOptimizerTests, testing.TestCase):
-    optimizer_class, ours = CASES["lamb_weight_decay"][:2]
-
-
-class LARSKerasOptimizerTest(_KerasOptimizerTests, testing.TestCase):
-    optimizer_class, ours = CASES["lars"][:2]
-
-
-class LARSWeightDecayKerasOptimizerTest(_KerasOptimizerTests, testing.TestCase):
-    optimizer_class, ours = CASES["lars_weight_decay"][:2]
-
-
-class LARSNesterovKerasOptimizerTest(_KerasOptimizerTests, testing.TestCase):
-    optimizer_class, ours = CASES["lars_nesterov"][:2]
-
-
-class LARCKerasOptimizerTest(_KerasOptimizerTests, testing.TestCase):
-    optimizer_class, ours = CASES["lars_larc"][:2]
+# One class per case, named after it, so that pytest reports each Keras test under its case.
+for _case, (_optimizer_class, _ours, _) in CASES.items():
+    _name = f"KerasOptimizerTest_{_case}"
+    globals()[_name] = type(
+        _name,
+        (_KerasOptimizerTests, testing.TestCase),
+        dict(optimizer_class=_optimizer_class, ours=_ours),
+    )
 
 
 def _every_variable(variable):
@@ -185,16 +174,15 @@ class KerasSGDValuedTest(_WithOurOptimizer, testing.TestCase):
 
     optimizer_class = LARS
     ours = dict(momentum=0.0, exclude_from_layer_adaptation=_every_variable)
-
-    test_empty_gradients = _KERAS.test_empty_gradients
-    test_ema = _KERAS.test_ema
-    test_ema_with_model_fit = _KERAS.test_ema_with_model_fit
-    test_static_loss_scaling = _KERAS.test_static_loss_scaling
-    test_gradient_accumulation = _KERAS.test_gradient_accumulation
-    test_callable_learning_rate = _KERAS.test_callable_learning_rate
-    test_overwrite_with_gradient = _KERAS.test_overwrite_with_gradient
-    test_overwrite_with_gradient_with_gradient_accumulation = (
-        _KERAS.test_overwrite_with_gradient_with_gradient_accumulation
+    keras_tests = (
+        "test_empty_gradients",
+        "test_ema",
+        "test_ema_with_model_fit",
+        "test_static_loss_scaling",
+        "test_gradient_accumulation",
+        "test_callable_learning_rate",
+        "test_overwrite_with_gradient",
+        "test_overwrite_with_gradient_with_gradient_accumulation",
     )
 
 
