@@ -80,6 +80,13 @@ class KerasSparseGradientTest(testing.TestCase):
     _cases = [
         {"testcase_name": case, "optimizer_class": optimizer_class, "init_kwargs": ours}
         for case, (optimizer_class, ours, _) in ALL_CASES.items()
+    ] + [
+        # As Keras's own case "loss_scale_optimizer_sgd": the test looks inside the wrapper.
+        {
+            "testcase_name": f"loss_scale_{case}",
+            "optimizer_class": lambda case=case: keras.optimizers.LossScaleOptimizer(_make(case)),
+        }
+        for case in ("lamb", "lars")
     ]
     test_sparse_gradients = parameterized.named_parameters(_cases)(
         _unparametrized(keras_sparse_test.OptimizerSparseTest.test_sparse_gradients_adam)
