@@ -255,11 +255,22 @@ class LayerwiseAdaptiveOptimizer(keras.optimizers.Optimizer):
         if self.use_ema:
             self._update_model_variables_moving_average(self._trainable_variables)
             if self.ema_overwrite_frequency:
-                ops.cond(
-                    (self.iterations + 1) % self.ema_overwrite_frequency == 0,
-                    lambda: self._overwrite_model_variables_with_average_value(self._trainable_variables),
-                    lambda: None,
-                )
+                overwrite = ops.equal((self.iterations + 1) % self.ema_overwrite_frequency, 0)
+                if keras.backend.backend() == "jax":
+                    # JAX runs both branches of a cond, assignments included: choose between
+                    # the weights and their averages with `where` instead.
+                    for variable, average in zip(
+                        self._trainable_variables, self._model_variables_moving_average
+                    ):
+                        self.assign(variable, ops.where(overwrite, average.value, variable.value))
+                else:
+                    ops.cond(
+                        overwrite,
+                        lambda: self._overwrite_model_variables_with_average_value(
+                            self._trainable_variables
+                        ),
+                        lambda: None,
+                    )
 
     def _accumulate_with_cond(
         self, grads, variables, learning_rate, totals, accumulators, is_update_step, finite
@@ -293,9 +304,9 @@ class LayerwiseAdaptiveOptimizer(keras.optimizers.Optimizer):
         for grad, variable in zip(grads, variables):
             self.update_step(grad, variable, learning_rate)
         for variable, old in zip(state, before):
-            variable.assign(ops.where(is_update_step, variable.value, old))
+            self.assign(variable, ops.where(is_update_step, variable.value, old))
         for accumulator, total in zip(accumulators, totals):
-            accumulator.assign(ops.where(is_update_step, ops.zeros_like(total), total))
+            self.assign(accumulator, ops.where(is_update_step, ops.zeros_like(total), total))
 
     def get_config(self):
         config = super().get_config()
@@ -336,13 +347,13 @@ def _multi_replica_context():
 
 
 def _densify(grads):
-    """TF embedding gradients arrive as `tf.IndexedSlices`, whose rows may repeat (a row per
-    occurrence of a token). The second moment, the norms and the clip factor are functions of
-    the summed rows, so they are computed on the dense gradient; squaring the slices instead
-    (as Keras's Adam does) gets them wrong whenever a row repeats.
+    """Embedding gradients arrive sparse (`tf.IndexedSlices` on TF, `BCOO` on JAX), and their
+    rows may repeat (a row per occurrence of a token). The second moment, the norms and the clip
+    factor are functions of the summed rows, so they are computed on the dense gradient;
+    squaring the slices instead (as Keras's Adam does) gets them wrong whenever a row repeats.
     """
     if keras.backend.backend() != "tensorflow":
-        return grads
+        return [ops.convert_to_tensor(g, sparse=False) for g in grads]
     import tensorflow as tf
 
     return [tf.convert_to_tensor(g) if isinstance(g, tf.IndexedSlices) else g for g in grads]
