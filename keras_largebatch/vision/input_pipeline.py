@@ -18,11 +18,11 @@ The steps follow the Cloud TPU reference (``tensorflow/tpu``
 (parallel interleave), parses and decodes records in parallel (``tf.data.AUTOTUNE``), batches
 with ``drop_remainder=True`` and prefetches.
 
-Every training record's crop and flip are drawn from a per-example seed: the element of a
-seeded random stream (``augmentation_seed``) at the record's position, with the pipeline's id.
-The stream is drawn anew, reproducibly, on every pass over the data, so with ``shuffle_seed=None``
-(a fixed order) a run that is resumed by repeating the dataset and skipping the batches
-already trained sees the same images, crops and flips as an uninterrupted one.
+Every training record's crop and flip are drawn from a per-example seed. With
+``shuffle_seed=None`` (a fixed order) it is the record's content hash with a value drawn from
+``augmentation_seed`` anew, reproducibly, on every pass over the data: a run that is resumed by
+repeating the dataset and skipping the batches already trained sees the same images, crops and
+flips as an uninterrupted one, and so does a run on another number of input pipelines.
 """
 
 import collections
@@ -113,11 +113,8 @@ def make_imagenet_dataset(
                                                  dtype), label
 
     if is_training:
-        pipeline_id = input_context.input_pipeline_id if input_context else 0
-        seeds = tf.data.Dataset.random(
-            seed=augmentation_seed, rerandomize_each_iteration=True
-        ).map(lambda value: tf.stack([value, tf.constant(pipeline_id, tf.int64)]))
-        dataset = tf.data.Dataset.zip((records, seeds)).map(
+        dataset = _with_augmentation_seeds(records, augmentation_seed, input_context,
+                                           deterministic).map(
             train_example, num_parallel_calls=tf.data.AUTOTUNE, deterministic=deterministic)
     else:
         dataset = records.map(eval_example, num_parallel_calls=tf.data.AUTOTUNE,
@@ -168,6 +165,27 @@ def _count(records, limit):
     if limit is not None:
         records = records.take(limit)
     return int(records.reduce(tf.constant(0, tf.int64), lambda count, _: count + 1))
+
+
+def _with_augmentation_seeds(records, augmentation_seed, input_context, deterministic):
+    """Pairs each serialized record with the seed of its crop and flip.
+
+    In a fixed order (``deterministic``) the seed is the record's content hash and a value drawn
+    once per pass over the data: the same record gets the same crop whichever input pipeline
+    reads it, so 2 replicas train on what 1 device does, and every pass (every repetition by
+    the trainer) draws new crops, reproducibly. Shuffled, it is the element of a seeded random
+    stream at the record's position, with the pipeline's id.
+    """
+    passes = tf.data.Dataset.random(seed=augmentation_seed, rerandomize_each_iteration=True)
+    if deterministic:
+        def pass_records(pass_seed):
+            return records.map(lambda serialized: (serialized, tf.stack([
+                tf.strings.to_hash_bucket_fast(serialized, 2**62), pass_seed])))
+
+        return passes.take(1).flat_map(pass_records)
+    pipeline_id = tf.constant(input_context.input_pipeline_id if input_context else 0, tf.int64)
+    seeds = passes.map(lambda value: tf.stack([value, pipeline_id]))
+    return tf.data.Dataset.zip((records, seeds))
 
 
 def _pipeline_share(files, input_context):

@@ -33,8 +33,11 @@ ARCHITECTURES = {
 
 def image_classifier(architecture, num_classes, image_shape, dtype=None,
                      sync_batch_norm=False):
-    """A `keras_hub.models.ResNetImageClassifier` (global average pooling, one dense layer)
-    that outputs logits; built offline, with fresh weights.
+    """A ResNet classifier that outputs float32 logits: keras-hub's `ResNetBackbone`, global
+    average pooling and one dense layer; built offline, with fresh weights.
+
+    A plain functional `keras.Model` rather than keras-hub's `ResNetImageClassifier`, whose
+    `fit` converts its input to a dataset and so cannot take a `tf.distribute` dataset.
 
     Args:
         architecture: a key of `ARCHITECTURES`.
@@ -57,6 +60,8 @@ def image_classifier(architecture, num_classes, image_shape, dtype=None,
             if isinstance(layer, keras.layers.BatchNormalization):
                 # Read when the training step is traced (Keras's `ops.moments`).
                 layer.synchronized = True
-    return keras_hub.models.ResNetImageClassifier(
-        backbone=backbone, num_classes=num_classes, activation=None, dtype=dtype
-    )
+    inputs = keras.Input(tuple(image_shape), name="images")
+    pooled = keras.layers.GlobalAveragePooling2D(name="pooler", dtype=dtype)(backbone(inputs))
+    # The head computes in float32 under mixed precision, so the loss sees float32 logits.
+    logits = keras.layers.Dense(num_classes, name="predictions", dtype="float32")(pooled)
+    return keras.Model(inputs, logits, name=f"{architecture}_classifier")

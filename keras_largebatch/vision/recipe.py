@@ -54,12 +54,18 @@ class ImageClassification(Recipe):
                                                 data.label_offset)
 
     def build_model(self):
+        """The classifier, built in the strategy's scope."""
         model = self.config.model
         channels = 1 if self.config.data.dataset == "fashion_mnist" else 3
         return image_classifier(model.architecture, model.num_classes,
                                 (model.image_size, model.image_size, channels),
                                 dtype=self.config.mixed_precision,
-                                sync_batch_norm=model.sync_batch_norm)
+                                # Keras's synchronized moments on a single replica (outside
+                                # a multi-replica strategy) give other statistics than the
+                                # plain ones; with one replica there is nothing to synchronize.
+                                sync_batch_norm=(model.sync_batch_norm and
+                                                 tf.distribute.get_strategy()
+                                                 .num_replicas_in_sync > 1))
 
     def build_optimizer(self, phase_index, model):
         phase, optimizer = self.config.phases[phase_index], self.config.optimizer

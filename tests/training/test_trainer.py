@@ -8,13 +8,12 @@ import glob
 import os
 import re
 
-import h5py
-import keras
 import numpy as np
 import pytest
 import tensorflow as tf
 
 from keras_largebatch.training import trainer
+from tests.support.runs import Interrupt, InterruptAfter, checkpoint_arrays
 from tests.support.toy_recipe import ToyRegression, load
 
 TRAINING_MODULES = os.path.join(os.path.dirname(trainer.__file__), "*.py")
@@ -25,37 +24,12 @@ def _run(config, callbacks=(), lines=None):
     return trainer.train(config, ToyRegression(config), callbacks, log)
 
 
-def _arrays(path):
-    arrays = {}
-    with h5py.File(path, "r") as file:
-        file.visititems(lambda name, item: arrays.__setitem__(name, item[()])
-                        if isinstance(item, h5py.Dataset) else None)
-    return arrays
-
-
 def _assert_same_weights(summary, expected):
-    resumed, reference = _arrays(summary["checkpoint"]), _arrays(expected["checkpoint"])
+    resumed = checkpoint_arrays(summary["checkpoint"])
+    reference = checkpoint_arrays(expected["checkpoint"])
     assert resumed.keys() == reference.keys() and len(reference) > 6
     for name in reference:
         np.testing.assert_array_equal(resumed[name], reference[name], err_msg=name)
-
-
-class _Interrupt(Exception):
-    pass
-
-
-class _InterruptAfter(keras.callbacks.Callback):
-    """Raises after ``batches`` training calls, like a preemption."""
-
-    def __init__(self, batches):
-        super().__init__()
-        self.batches = batches
-        self.seen = 0
-
-    def on_train_batch_end(self, batch, logs=None):
-        self.seen += 1
-        if self.seen == self.batches:
-            raise _Interrupt(f"interrupted after {self.batches} steps")
 
 
 @pytest.fixture(scope="module")
@@ -110,10 +84,10 @@ def test_resume_after_interruptions_is_bitwise(tmp_path, uninterrupted):
     _, expected, _ = uninterrupted
     config = load(tmp_path)
     lines = []
-    with pytest.raises(_Interrupt):  # phase 1, step 5: the checkpoint of step 4 is the newest
-        _run(config, [_InterruptAfter(5)], lines)
-    with pytest.raises(_Interrupt):  # resumed at step 4, stopped in phase 2
-        _run(config, [_InterruptAfter(5)], lines)
+    with pytest.raises(Interrupt):  # phase 1, step 5: the checkpoint of step 4 is the newest
+        _run(config, [InterruptAfter(5)], lines)
+    with pytest.raises(Interrupt):  # resumed at step 4, stopped in phase 2
+        _run(config, [InterruptAfter(5)], lines)
     assert any("resuming from" in line and "phase 1, step 4" in line for line in lines)
     summary = _run(config, lines=lines)
     assert any("phase 2, step 0 (global step 6)" in line for line in lines)
@@ -125,8 +99,8 @@ def test_resume_after_interruptions_is_bitwise(tmp_path, uninterrupted):
 def test_a_truncated_newest_checkpoint_resumes_from_the_older_one(tmp_path, uninterrupted):
     _, expected, _ = uninterrupted
     config = load(tmp_path)
-    with pytest.raises(_Interrupt):  # phase 2, step 5: checkpoints at global 6 and 10
-        _run(config, [_InterruptAfter(11)])
+    with pytest.raises(Interrupt):  # phase 2, step 5: checkpoints at global 6 and 10
+        _run(config, [InterruptAfter(11)])
     newest = os.path.join(tmp_path, "checkpoints", "ckpt-000000010.weights.h5")
     with open(newest, "r+b") as stream:
         stream.truncate(os.path.getsize(newest) // 3)
@@ -143,8 +117,8 @@ def test_a_truncated_newest_checkpoint_resumes_from_the_older_one(tmp_path, unin
 
 def test_no_readable_checkpoint_stops_the_run(tmp_path):
     config = load(tmp_path)
-    with pytest.raises(_Interrupt):
-        _run(config, [_InterruptAfter(11)])
+    with pytest.raises(Interrupt):
+        _run(config, [InterruptAfter(11)])
     directory = os.path.join(tmp_path, "checkpoints")
     for path in glob.glob(os.path.join(directory, "ckpt-*")):
         with open(path, "r+b") as stream:
@@ -169,8 +143,8 @@ def test_two_replicas_equal_one_device(tmp_path, uninterrupted):
     summary = _run(load(tmp_path, "strategy.name=mirrored",
                         "strategy.devices=['/cpu:0', '/cpu:1']"))
     assert summary["strategy"]["num_replicas"] == 2
-    reference = _arrays(expected["checkpoint"])
-    for name, value in _arrays(summary["checkpoint"]).items():
+    reference = checkpoint_arrays(expected["checkpoint"])
+    for name, value in checkpoint_arrays(summary["checkpoint"]).items():
         np.testing.assert_allclose(value, reference[name], rtol=1e-5, atol=1e-6, err_msg=name)
 
 
