@@ -13,6 +13,7 @@ import pytest
 from keras_largebatch.vision import config as config_lib
 from keras_largebatch.vision import fashion_mnist
 from keras_largebatch.vision import train as train_lib
+from keras_largebatch.vision.recipe import ImageClassification
 from tests.support.imagenet_records import write_imagenet_records
 from tests.support.runs import Interrupt, InterruptAfter, checkpoint_arrays
 
@@ -192,3 +193,20 @@ def test_the_mlperf_32k_recipe_loads():
     assert phase.global_batch_size == 32768 and phase.peak_learning_rate == 21.2
     assert config.optimizer.momentum == 0.94 and config.model.label_smoothing == 0.1
     assert config.target_accuracy == 0.759 and config.data.dataset == "imagenet"
+
+
+def test_lars_and_sgd_leave_batch_norm_and_biases_undecayed(records):
+    config = _imagenet("unused", records, "optimizer.name=sgd")
+    recipe = ImageClassification(config)
+    model = recipe.build_model()
+    sgd = recipe.build_optimizer(0, model)
+    sgd.build(model.trainable_variables)
+    undecayed = {v.path for v in model.trainable_variables if not sgd._use_weight_decay(v)}
+    assert undecayed and all("batch_normalization" in path or path.endswith("bias")
+                             for path in undecayed)
+    assert all(path.endswith("kernel") for path in
+               {v.path for v in model.trainable_variables} - undecayed)
+    lars = ImageClassification(_imagenet("unused", records)).build_optimizer(0, model)
+    lars.build(model.trainable_variables)
+    assert {v.path for v in model.trainable_variables if not lars._decays(v)} == undecayed
+    assert {v.path for v in model.trainable_variables if not lars._adapts(v)} == undecayed
