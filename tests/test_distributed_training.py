@@ -113,7 +113,8 @@ def train_configs_on_workers(strategy, configs, accumulation):
     description = describe_strategy(strategy)
     result["num_workers"] = np.array(description["num_workers"])
     result["num_replicas"] = np.array(description["num_replicas"])
-    result["task_id"] = np.array(strategy.cluster_resolver.task_id)
+    # -1: no cluster (a strategy without a resolver).
+    result["task_id"] = np.array(getattr(strategy.cluster_resolver, "task_id", -1))
     ones = strategy.run(lambda: tf.constant(1.0))
     result["replicas_summed"] = np.array(strategy.reduce("SUM", ones, axis=None))
     return result
