@@ -35,7 +35,7 @@ CONFIGS = {
         dict(learning_rate=1.0, trust_coefficient=0.02, weight_decay=1e-3, nesterov=True,
              exclude_from_layer_adaptation=[], global_clipnorm=0.5),
     ),
-    # The global gradient norm stays below 11 here, so a clip at 50 never binds.
+    # The global gradient norm starts near 10 here: a clip at 50 does not bind (checked below).
     "lars_sgd_loose_clip": (
         "LARS",
         dict(learning_rate=0.05, weight_decay=1e-3, exclude_from_layer_adaptation=[".*"],
@@ -46,8 +46,8 @@ CONFIGS = {
 CLIP_BINDS = {
     "lamb_decay_exclusions": True, "lars_decay_nesterov": True, "lars_sgd_loose_clip": False,
 }
-# The configurations of the accumulation and multi-worker runs: clipped and adapted, and
-# one that shows the gradient's scale.
+# The configurations with a global_clipnorm, those of the accumulation and multi-worker
+# runs: two adapted under a clip that binds, and one that shows the gradient's scale.
 CLIPPED = sorted(CLIP_BINDS)
 
 
