@@ -3,6 +3,12 @@
 The reference is always the same model trained on one device at the same global batch:
 MirroredStrategy over 2 and 4 logical CPUs (tests/conftest.py), MultiWorkerMirroredStrategy
 over 2 local processes, and accumulation of k micro-batches inside `model.fit`.
+
+A trust ratio divides out a uniform scale of the gradient, and so does a clip that binds, so
+the configurations that adapt and clip cannot see a gradient summed over the wrong number of
+replicas or micro-batches. "lars_sgd_loose_clip" can: no variable is adapted, every one
+steps by lr * (g + wd * w), and its clip does not bind (a test below checks which clips do).
+A gradient 2x too large there fails the comparisons by ~1e5 times their tolerance.
 """
 
 import keras
@@ -11,6 +17,7 @@ import pytest
 import tensorflow as tf
 
 from keras_largebatch import LAMB, LARS
+from keras_largebatch.distribute import describe_strategy
 from tests.support.multiworker import run_multi_worker
 
 OPTIMIZERS = {"LAMB": LAMB, "LARS": LARS}
@@ -28,7 +35,20 @@ CONFIGS = {
         dict(learning_rate=1.0, trust_coefficient=0.02, weight_decay=1e-3, nesterov=True,
              exclude_from_layer_adaptation=[], global_clipnorm=0.5),
     ),
+    # The global gradient norm starts near 10 here: a clip at 50 does not bind (checked below).
+    "lars_sgd_loose_clip": (
+        "LARS",
+        dict(learning_rate=0.05, weight_decay=1e-3, exclude_from_layer_adaptation=[".*"],
+             global_clipnorm=50.0),
+    ),
 }
+# Whether each configuration's global_clipnorm changes its weights.
+CLIP_BINDS = {
+    "lamb_decay_exclusions": True, "lars_decay_nesterov": True, "lars_sgd_loose_clip": False,
+}
+# The configurations with a global_clipnorm, those of the accumulation and multi-worker
+# runs: two adapted under a clip that binds, and one that shows the gradient's scale.
+CLIPPED = sorted(CLIP_BINDS)
 
 
 def regression_data(count, seed=0):
@@ -49,14 +69,17 @@ def build_model():
     )
 
 
-def train_model(strategy, config, global_batch_size=16, steps=4, accumulation=1):
-    """Train ``steps`` optimizer steps of ``global_batch_size`` examples; a multi-worker function.
+def train_model(strategy, config, global_batch_size=16, steps=4, accumulation=1, clip=True):
+    """Train ``steps`` optimizer steps of ``global_batch_size`` examples.
 
     With ``accumulation = k`` the data comes as ``k * steps`` micro-batches of
     ``global_batch_size / k`` and the optimizer accumulates them, so every variant sees the
-    same examples per optimizer step. Returns the final weights and the iteration count.
+    same examples per optimizer step. ``clip=False`` drops the config's global_clipnorm.
+    Returns the final weights, the iteration count and the replicas in sync.
     """
     name, kwargs = CONFIGS[config]
+    if not clip:
+        kwargs = {key: value for key, value in kwargs.items() if key != "global_clipnorm"}
     features, targets = regression_data(global_batch_size * steps)
     options = tf.data.Options()
     options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
@@ -72,6 +95,28 @@ def train_model(strategy, config, global_batch_size=16, steps=4, accumulation=1)
     model.fit(dataset, epochs=1, steps_per_epoch=steps * accumulation, verbose=0)
     result = {f"weight_{i}": w for i, w in enumerate(model.get_weights())}
     result["iterations"] = np.array(optimizer.iterations.numpy())
+    result["num_replicas"] = np.array(strategy.num_replicas_in_sync)
+    return result
+
+
+def train_configs_on_workers(strategy, configs, accumulation):
+    """`train_model` for each of ``configs`` in one cluster; a multi-worker function.
+
+    Also returns what the cluster was: this worker's task index, the workers and replicas
+    the strategy counts, and an all-reduced sum of one per replica (what the collectives
+    actually joined: 1 for a worker that fell back to training alone).
+    """
+    result = {}
+    for config in configs:
+        run = train_model(strategy, config, accumulation=accumulation)
+        result.update({f"{config}/{key}": value for key, value in run.items()})
+    description = describe_strategy(strategy)
+    result["num_workers"] = np.array(description["num_workers"])
+    result["num_replicas"] = np.array(description["num_replicas"])
+    # -1: no cluster (a strategy without a resolver).
+    result["task_id"] = np.array(getattr(strategy.cluster_resolver, "task_id", -1))
+    ones = strategy.run(lambda: tf.constant(1.0))
+    result["replicas_summed"] = np.array(strategy.reduce("SUM", ones, axis=None))
     return result
 
 
@@ -80,6 +125,10 @@ def assert_same_weights(actual, expected, rtol=1e-5, atol=1e-6):
     assert keys and sorted(k for k in actual if k.startswith("weight_")) == keys
     for key in keys:
         np.testing.assert_allclose(actual[key], expected[key], rtol=rtol, atol=atol, err_msg=key)
+
+
+def largest_difference(actual, expected):
+    return max(np.max(np.abs(actual[k] - expected[k])) for k in expected if k.startswith("weight_"))
 
 
 def mirrored(replicas):
@@ -104,22 +153,34 @@ def single_device():
     return result
 
 
+@pytest.mark.parametrize("config", CLIPPED)
+def test_global_clipnorm_binds_only_where_meant(config, single_device):
+    difference = largest_difference(single_device(config), single_device(config, clip=False))
+    if CLIP_BINDS[config]:
+        assert difference > 1e-3
+    else:
+        assert difference < 1e-6
+
+
 @pytest.mark.parametrize("replicas", [2, 4])
 @pytest.mark.parametrize("config", sorted(CONFIGS))
 def test_mirrored_matches_single_device(config, replicas, single_device):
     expected = single_device(config)
-    assert_same_weights(train_model(mirrored(replicas), config), expected)
+    actual = train_model(mirrored(replicas), config)
+    assert int(actual["num_replicas"]) == replicas
+    assert_same_weights(actual, expected)
     # The weights moved: equality of untrained models would prove nothing.
     untrained = build_model().get_weights()
     assert not np.allclose(expected["weight_0"], untrained[0], atol=1e-3)
 
 
-@pytest.mark.parametrize("config", ["lamb_decay_exclusions", "lars_decay_nesterov"])
+@pytest.mark.parametrize("config", CLIPPED)
 @pytest.mark.parametrize("replicas", [1, 2])
 def test_accumulation_in_fit_matches_one_large_batch(config, replicas, single_device):
     expected = single_device(config)
     strategy = mirrored(replicas) if replicas > 1 else tf.distribute.get_strategy()
     actual = train_model(strategy, config, accumulation=4)
+    assert int(actual["num_replicas"]) == replicas
     assert_same_weights(actual, expected)
     assert int(actual["iterations"]) == int(expected["iterations"]) == 4
 
@@ -143,10 +204,24 @@ def test_keras_clips_each_replica_share_and_we_clip_the_global_batch(single_devi
     assert difference > 1e-3
 
 
-@pytest.mark.parametrize("config", ["lamb_decay_exclusions", "lars_decay_nesterov"])
-def test_multi_worker_matches_single_device(config, single_device):
-    results = run_multi_worker(train_model, num_workers=2, kwargs={"config": config, "accumulation": 2},
-                               timeout=240)
+@pytest.fixture(scope="module")
+def two_workers():
+    return run_multi_worker(train_configs_on_workers, num_workers=2,
+                            kwargs={"configs": CLIPPED, "accumulation": 2}, timeout=300)
+
+
+def test_two_workers_formed_one_cluster_of_two_replicas(two_workers):
+    assert [int(result["task_id"]) for result in two_workers] == [0, 1]
+    for result in two_workers:
+        assert int(result["num_workers"]) == int(result["num_replicas"]) == 2
+        assert float(result["replicas_summed"]) == 2.0
+
+
+@pytest.mark.parametrize("config", CLIPPED)
+def test_multi_worker_matches_single_device(config, two_workers, single_device):
     expected = single_device(config)
-    for result in results:
-        assert_same_weights(result, expected)
+    for result in two_workers:
+        run = {key.split("/", 1)[1]: value for key, value in result.items()
+               if key.startswith(f"{config}/")}
+        assert int(run["num_replicas"]) == 2 and int(run["iterations"]) == 4
+        assert_same_weights(run, expected)

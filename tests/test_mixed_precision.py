@@ -10,7 +10,9 @@ and the same fit on data without the bad batch.
 On 2 mirrored replicas LSO decides from replica 0's own gradient (keras 3.15); our base
 class checks the summed gradient, so an overflow on replica 1 alone is skipped too, though
 LSO then keeps its scale. `mixed_bfloat16` needs no loss scale: there the point is that
-norms, slots and trust ratios stay float32.
+norms, slots and trust ratios stay float32. Variables that are themselves float16 or
+bfloat16 (no policy) keep their slots in that dtype; the norms are still accumulated in
+float32.
 
 Scales are powers of two, so scaling and unscaling a float32 gradient is exact and the
 comparisons can be tight.
@@ -395,3 +397,73 @@ def assert_last_lamb_trust_ratio_is_float32_accurate(optimizer, variables, recor
                                    atol=1e-7, err_msg=variable.path)
         checked += 1
     assert checked == 2
+
+
+# The spacing of floats just above 1 (machine epsilon) of each low-precision dtype.
+EPSILON = {"float16": 2.0**-10, "bfloat16": 2.0**-7}
+# A (64, 64) kernel of scale 6 has ||w||^2 ~ 1.5e5, and half of it still exceeds float16's
+# largest value (65504): accumulated in float16 its norm would be inf. Then a kernel, a bias
+# and a scalar.
+LOW_PRECISION_SHAPES = [(64, 64), (5, 3), (7,), ()]
+LOW_PRECISION_MASK = [True, True, False, False]
+LOW_PRECISION_CASES = {
+    "LAMB": (
+        lambda: LAMB(learning_rate=0.1, weight_decay=0.01, record_trust_ratio=True),
+        lambda weights, steps: reference.lamb(weights, steps, lr=0.1, wd=0.01,
+                                              decay_mask=LOW_PRECISION_MASK,
+                                              adapt_mask=LOW_PRECISION_MASK),
+    ),
+    "LARS": (
+        lambda: LARS(learning_rate=0.1, trust_coefficient=0.1, weight_decay=0.01,
+                     record_trust_ratio=True),
+        lambda weights, steps: reference.lars(weights, steps, lr=0.1, eta=0.1, wd=0.01,
+                                              decay_mask=LOW_PRECISION_MASK,
+                                              adapt_mask=LOW_PRECISION_MASK),
+    ),
+}
+LAMB_IN_LOW_PRECISION = pytest.mark.xfail(strict=True, reason=(
+    "LAMB computes its moments and bias correction in the variable's dtype: in bfloat16 "
+    "beta_2 = 0.999 rounds to 1, so 1 - beta_2**t = 0 and the update is the decay alone; in "
+    "float16 beta_2 rounds to 0.99902 (1 - beta_2 off by 2.3%) and (1 - beta_2) * g**2 "
+    "underflows to 0 for |g| < ~8e-3, where r = g / epsilon then dominates ||u||"))
+
+
+def representable(values, dtype):
+    """``values`` rounded to ``dtype``, as float64."""
+    return keras.ops.convert_to_numpy(keras.ops.cast(keras.ops.cast(values, dtype), "float64"))
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("name", [pytest.param("LAMB", marks=LAMB_IN_LOW_PRECISION), "LARS"])
+def test_low_precision_variables_take_the_float64_step(name, dtype):
+    make_optimizer, run_reference = LOW_PRECISION_CASES[name]
+    rng = np.random.default_rng(21)
+    weights = [representable((6.0 if shape == (64, 64) else 1.0) * rng.normal(size=shape), dtype)
+               for shape in LOW_PRECISION_SHAPES]
+    gradients = [representable(rng.normal(size=shape), dtype) for shape in LOW_PRECISION_SHAPES]
+    variables = [keras.Variable(w, dtype=dtype, name=f"w{i}") for i, w in enumerate(weights)]
+    optimizer = make_optimizer()
+    optimizer.build(variables)
+    optimizer.apply([keras.ops.cast(g, dtype) for g in gradients], variables)
+    # The reference takes the same step in float64 from the same (representable) values.
+    expected, expected_ratios = run_reference(weights, [gradients])
+
+    # The ratios are float32 functions of values the low-precision dtype holds exactly, so
+    # they carry float32 rounding only; norms accumulated in the variable's dtype would be off
+    # by up to 2^-9 (bfloat16) or inf (float16, the (64, 64) kernel).
+    assert {v.dtype for v in optimizer._trust_ratio_records} == {"float32"}
+    assert {v.dtype for v in optimizer.variables if v.dtype != "int64"} == {"float32", dtype}
+    ratios = optimizer.trust_ratios()
+    np.testing.assert_allclose([ratios[v.path] for v in variables], expected_ratios[0], rtol=1e-5)
+
+    epsilon = EPSILON[dtype]
+    for index, (variable, wanted, before) in enumerate(zip(variables, expected, weights)):
+        actual = representable(variable.value, "float64")
+        step = np.abs(wanted - before)
+        # Half an ulp for rounding the new weight, and 2 epsilon of the step for the roundings
+        # that compute it (rate times ratio, decay term, product, momentum).
+        tolerance = epsilon * (np.abs(wanted) / 2 + 2 * step)
+        error = np.abs(actual - wanted)
+        assert np.all(error <= tolerance), (index, float(np.max(error / tolerance)))
+        # Not standing still: each variable has steps of many times their tolerance.
+        assert np.max(step / tolerance) > 10, index

@@ -123,33 +123,62 @@ def test_resume_after_interruptions_equals_uninterrupted_run(tmp_path, records, 
     assert any("phase 2, step 0 (global step 6)" in line for line in lines)
     assert summary["global_steps"] == 12 and summary["resumed_from_step"] == 6
     assert summary["initial"] == expected["initial"]
-    resumed, reference = _weights(summary), _weights(expected)
-    assert resumed.keys() == reference.keys()
-    for name in reference:
-        np.testing.assert_array_equal(resumed[name], reference[name], err_msg=name)
+    _assert_every_array_equal(_weights(summary), _weights(expected))
+
+
+def _assert_every_array_equal(actual, expected):
+    """Bitwise equality of two checkpoints' arrays: every weight, embeddings included, and
+    the optimizer state."""
+    assert actual.keys() == expected.keys()
+    assert sum("embedding" in name for name in expected) == 3  # token, position, segment
+    assert any(name.startswith("optimizer/") for name in expected)
+    for name in expected:
+        np.testing.assert_array_equal(actual[name], expected[name], err_msg=name)
+
+
+# Pretrains from the command line's overrides, and after the given number of batches marks
+# a file and sleeps: the parent kills it there, at a known step.
+_RUN_THAT_STALLS = """
+import sys, time
+import keras
+from keras_largebatch.bert import config, pretrain
+
+class Stall(keras.callbacks.Callback):
+    seen = 0
+    def on_train_batch_end(self, batch, logs=None):
+        Stall.seen += 1
+        if Stall.seen == int(sys.argv[1]):
+            open(sys.argv[2], "w").close()
+            time.sleep(600)
+
+pretrain.pretrain(config.load_config(None, sys.argv[3:]), callbacks=[Stall()])
+"""
 
 
 def test_killed_process_resumes(tmp_path, records, uninterrupted):
     _, expected = uninterrupted
-    command = [sys.executable, "-m", "keras_largebatch.bert.pretrain"] + [
-        f"{key}={value}" for key, value in _flatten(_config(tmp_path, records["varied"]))]
+    overrides = [f"{key}={value}" for key, value in _flatten(_config(tmp_path, records["varied"]))]
     environment = dict(os.environ, PYTHONPATH=REPOSITORY)
-    process = subprocess.Popen(command, env=environment, stdout=subprocess.DEVNULL,
+    # Killed in phase 1 after step 5, with the checkpoint of step 4 the newest: the resumed
+    # run must train steps 5 to 12 again.
+    stalled = tmp_path / "stalled"
+    process = subprocess.Popen([sys.executable, "-c", _RUN_THAT_STALLS, "5", str(stalled)]
+                               + overrides, env=environment, stdout=subprocess.DEVNULL,
                                stderr=subprocess.DEVNULL)
-    state_path = tmp_path / "checkpoints" / "state.json"
-    deadline = time.time() + 120
-    while not state_path.exists() and time.time() < deadline and process.poll() is None:
-        time.sleep(0.05)
-    process.send_signal(signal.SIGKILL)
-    process.wait()
-    finished = subprocess.run(command, env=environment, capture_output=True, text=True,
-                              timeout=300)
+    try:
+        deadline = time.time() + 120
+        while not stalled.exists() and time.time() < deadline and process.poll() is None:
+            time.sleep(0.05)
+        assert stalled.exists(), f"no stall after step 5 (exit code {process.poll()})"
+    finally:
+        process.send_signal(signal.SIGKILL)
+        process.wait()
+    finished = subprocess.run([sys.executable, "-m", "keras_largebatch.bert.pretrain"] + overrides,
+                              env=environment, capture_output=True, text=True, timeout=300)
     assert finished.returncode == 0, finished.stderr[-2000:]
     summary = json.loads(finished.stdout)
-    assert summary["global_steps"] == 12
-    assert summary["resumed_from_step"] in (4, 6, 10, 12)
-    for name, value in _weights(expected).items():
-        np.testing.assert_array_equal(_weights(summary)[name], value, err_msg=name)
+    assert summary["global_steps"] == 12 and summary["resumed_from_step"] == 4
+    _assert_every_array_equal(_weights(summary), _weights(expected))
 
 
 def _flatten(config):
@@ -188,10 +217,20 @@ def test_two_replicas_equal_one_device(tmp_path, records, uninterrupted):
                 "strategy.devices=['/cpu:0', '/cpu:1']"),
         log=lambda line: None)
     assert summary["strategy"]["num_replicas"] == 2
-    reference = _weights(expected)
-    for name, value in _weights(summary).items():
-        if name.startswith("layers/"):
-            np.testing.assert_allclose(value, reference[name], rtol=1e-5, atol=1e-6, err_msg=name)
+    _assert_arrays_close(_weights(summary), _weights(expected), rtol=1e-5, atol=1e-6)
+
+
+def _assert_arrays_close(actual, expected, rtol, atol, prefix=""):
+    """The arrays of two checkpoints whose names start with ``prefix`` agree ("layers/": the
+    weights, "": the optimizer state too). The segment embedding is among them: its gradient
+    is a tf.IndexedSlices with repeated rows, the case a sparse update gets wrong."""
+    actual = {name: value for name, value in actual.items() if name.startswith(prefix)}
+    expected = {name: value for name, value in expected.items() if name.startswith(prefix)}
+    assert actual.keys() == expected.keys()
+    assert "layers/bert_backbone/layers/embedding/vars/0" in expected
+    for name in expected:
+        np.testing.assert_allclose(actual[name], expected[name], rtol=rtol, atol=atol,
+                                   err_msg=name)
 
 
 def test_steps_per_execution_gives_the_same_run(tmp_path, records, uninterrupted):
@@ -204,34 +243,48 @@ def test_steps_per_execution_gives_the_same_run(tmp_path, records, uninterrupted
         np.testing.assert_allclose(value, reference[name], rtol=1e-6, atol=1e-7, err_msg=name)
 
 
-def test_gradient_accumulation_equals_the_full_batch(tmp_path, records):
-    # With the same number of masked tokens in every example, the mean of the micro-batch
-    # losses is the full-batch loss, so 2 micro-batches of 4 must give one batch of 8 (same
-    # data, same clipped gradient). No layer adaptation and epsilon 1 keep the update linear
-    # in the gradient (the trust ratio rescales a layer's update to the layer's norm, which
-    # turns the rounding noise of a layer whose gradient nearly cancels into a full-size step).
-    # One step, no clipping, and the segment embedding left out: its gradient is a
-    # tf.IndexedSlices with repeated rows, whose second moment and norm the optimizer's sparse
-    # path gets wrong (squares the rows before summing them); accumulation sums them first.
+# One step of 8 examples with the same number of masked tokens in each, so that the mean of
+# the losses of any split of the batch (micro-batches, replicas) is the full-batch loss. No
+# layer adaptation, epsilon 1 and no clipping keep the update linear in the gradient, so a
+# gradient of the wrong scale shows in every weight (and the trust ratio would rescale a
+# layer's update to the layer's norm, turning the rounding noise of a layer whose gradient
+# nearly cancels into a full-size step).
+_LINEAR_STEP = ["optimizer.exclude_from_layer_adaptation=['.']", "optimizer.epsilon=1.0",
+                "optimizer.global_clipnorm=null"]
+
+
+def _linear_step(output_dir, records, accumulation=1, *overrides):
     phase = ("phases=[{seq_length: 16, max_predictions_per_seq: 4, global_batch_size: 8, "
              "steps: 1, warmup_steps: 0, peak_learning_rate: 1.0e-2, "
-             f"gradient_accumulation_steps: %d, input_files: ['{records['full']}']}}]")
-    runs = [
-        pretrain_lib.pretrain(
-            _config(tmp_path / str(steps), records["full"], phase % steps,
-                    "optimizer.exclude_from_layer_adaptation=['.']", "optimizer.epsilon=1.0",
-                    "optimizer.global_clipnorm=null"),
-            log=lambda line: None)
-        for steps in (1, 2)
-    ]
-    assert runs[1]["global_steps"] == 1
-    reference = _weights(runs[0])
-    compared = 0
-    for name, value in _weights(runs[1]).items():
-        if name.startswith("layers/") and value.shape != (2, 16):
-            np.testing.assert_allclose(value, reference[name], rtol=1e-5, atol=1e-7, err_msg=name)
-            compared += 1
-    assert compared > 20
+             f"gradient_accumulation_steps: {accumulation}, "
+             f"input_files: ['{records['full']}']}}]")
+    return pretrain_lib.pretrain(
+        _config(output_dir, records["full"], phase, *_LINEAR_STEP, *overrides),
+        log=lambda line: None)
+
+
+@pytest.fixture(scope="module")
+def linear_step_on_one_device(tmp_path_factory, records):
+    return _linear_step(tmp_path_factory.mktemp("linear"), records)
+
+
+def test_gradient_accumulation_equals_the_full_batch(tmp_path, records,
+                                                     linear_step_on_one_device):
+    summary = _linear_step(tmp_path, records, accumulation=2)
+    assert summary["global_steps"] == 1
+    # The weights only: the optimizer also holds the accumulators here.
+    _assert_arrays_close(_weights(summary), _weights(linear_step_on_one_device), rtol=1e-5,
+                         atol=1e-7, prefix="layers/")
+
+
+def test_two_replicas_equal_one_device_in_a_step_linear_in_the_gradient(
+        tmp_path, records, linear_step_on_one_device):
+    # LAMB with its trust ratio and clip, as above, is blind to a uniformly scaled gradient.
+    summary = _linear_step(tmp_path, records, 1, "strategy.name=mirrored",
+                           "strategy.devices=['/cpu:0', '/cpu:1']")
+    assert summary["strategy"]["num_replicas"] == 2
+    _assert_arrays_close(_weights(summary), _weights(linear_step_on_one_device), rtol=1e-5,
+                         atol=1e-7)
 
 
 @pytest.mark.parametrize("policy", ["mixed_bfloat16", "mixed_float16"])

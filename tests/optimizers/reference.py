@@ -65,15 +65,20 @@ def lamb(weights, gradient_steps, *, lr=1e-3, beta_1=0.9, beta_2=0.999, eps=1e-6
 
 def lars(weights, gradient_steps, *, lr=1.0, momentum=0.9, eta=0.001, eps=0.0, wd=0.0,
          nesterov=False, clip=False, decay_mask=None, adapt_mask=None, lower=None, upper=None,
-         global_clipnorm=None):
-    """Run LARS (MLPerf form, optional Nesterov and LARC clip); same returns as `lamb`."""
+         global_clipnorm=None, lr_at_step=None):
+    """Run LARS (MLPerf form, optional Nesterov and LARC clip); same returns as `lamb`.
+
+    The rate of each step enters the velocity with that step's update, so a new rate acts
+    through new steps only.
+    """
     w = [np.array(x, np.float64) for x in weights]
     velocity = [np.zeros_like(x) for x in w]
     decay_mask = decay_mask or [True] * len(w)
     adapt_mask = adapt_mask or [True] * len(w)
     ratios = []
-    for grads in gradient_steps:
+    for t, grads in enumerate(gradient_steps):
         grads = _clip_global([np.array(g, np.float64) for g in grads], global_clipnorm)
+        rate = lr if lr_at_step is None else lr_at_step(t)
         step_ratios = []
         for i, g in enumerate(grads):
             decay = wd if decay_mask[i] else 0.0
@@ -84,9 +89,9 @@ def lars(weights, gradient_steps, *, lr=1.0, momentum=0.9, eta=0.001, eps=0.0, w
                 defined = w_norm > 0 and g_norm > 0
                 trust = _ratio(eta * w_norm, g_norm + decay * w_norm + eps, defined, lower, upper)
                 if clip and defined:
-                    trust = min(trust / lr, 1.0)
+                    trust = min(trust / rate, 1.0)
             step_ratios.append(trust)
-            local = lr * trust * (g + decay * w[i])
+            local = rate * trust * (g + decay * w[i])
             velocity[i] = momentum * velocity[i] + local
             if nesterov:
                 w[i] = w[i] - (momentum * velocity[i] + local)

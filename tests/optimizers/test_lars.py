@@ -89,8 +89,38 @@ def test_gradients_below_float32_norm_range_count_as_zero():
     actual, ratios = run_optimizer(optimizer, weights, gradient_steps)
     assert np.array(ratios).tolist() == [[1.0] * 4] * 3
     assert all(np.isfinite(a).all() for a in actual)
-    # The only movement is the decay of the kernels: lr * (g + wd * w) with g ~ 1e-30.
-    np.testing.assert_allclose(actual[1], weights[1], rtol=0, atol=1e-28)
+    # The only movement is the decay of the kernels, lr * (g + wd * w) with g ~ 1e-30, at the
+    # fallback ratio of 1 (the float64 reference sees ||g|| > 0, hence adapt_mask False).
+    decayed, _ = reference.lars(weights, gradient_steps, lr=1.0, wd=1e-4, decay_mask=DEFAULT_MASK,
+                                adapt_mask=[False] * 4)
+    for index in (0, 2):
+        kernel = actual[index]
+        np.testing.assert_allclose(kernel, decayed[index], rtol=1e-6, err_msg=f"kernel {index}")
+        # 3 steps with momentum 0.9 shrink by wd * (1 + 1.9 + 2.71): 20x the tolerance above.
+        np.testing.assert_allclose(kernel / weights[index], 1 - 1e-4 * 5.61, rtol=1e-6)
+    for index in (1, 3):
+        np.testing.assert_allclose(actual[index], weights[index], rtol=0, atol=1e-28)
+
+
+@pytest.mark.parametrize("compile_mode", [None, "xla"])
+def test_learning_rate_of_each_step_enters_the_velocity(compile_mode):
+    # MLPerf form: v = m * v + lr_t * trust * (g + wd * w). The rate drops to 0 for the last
+    # two steps, where momentum alone still moves the weights; with the rate outside the
+    # velocity (v = m * v + trust * (g + wd * w), w -= lr_t * v) they would stand still.
+    schedule = keras.optimizers.schedules.PiecewiseConstantDecay([2, 4], [2.0, 0.5, 0.0])
+    weights, gradient_steps = reference.make_problem(steps=7, seed=15)
+    optimizer = LARS(learning_rate=schedule, trust_coefficient=0.02, weight_decay=1e-2,
+                     record_trust_ratio=True)
+    actual, ratios = run_optimizer(optimizer, weights, gradient_steps, compile_mode)
+    settings = dict(eta=0.02, wd=1e-2, decay_mask=DEFAULT_MASK, adapt_mask=DEFAULT_MASK,
+                    lr_at_step=lambda step: 2.0 if step <= 2 else 0.5 if step <= 4 else 0.0)
+    expected, expected_ratios = reference.lars(weights, gradient_steps, **settings)
+    assert_close(actual, expected)
+    np.testing.assert_allclose(ratios, expected_ratios, rtol=1e-4)
+    before_zero_rate, _ = reference.lars(weights, gradient_steps[:5], **settings)
+    for index, (moved, kept) in enumerate(zip(expected, before_zero_rate)):
+        # Each variable moves by 0.16 to 8 on momentum alone, ~1e4 times the tolerance.
+        assert np.max(np.abs(moved - kept)) > 0.1, index
 
 
 def test_accumulation_equals_one_large_batch():
