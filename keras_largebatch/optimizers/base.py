@@ -24,43 +24,33 @@ reach the weights of all of them. The loss scale itself is still LossScaleOptimi
 is not halved when only a replica other than 0 overflowed.
 """
 
-import math
-import numbers
-
 import keras
 from keras import ops
 
+from keras_largebatch._checks import (
+    check_bool,
+    check_number,
+    check_optional_integer,
+    is_number,
+    type_error,
+)
 from keras_largebatch.optimizers.trust_ratio import ExclusionRule
-
-
-def check_number(argument, value, *, low=None, high=None, low_open=False, high_open=False):
-    """Raise unless ``value`` is a finite real number in the given interval.
-
-    The message names the argument, the value and the allowed interval, e.g.
-    ``beta_1 must be in [0, 1), got 1.5``.
-    """
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise TypeError(f"{argument} must be a number, got {value!r} of type {type(value).__name__}")
-    left = "(" if low_open else "["
-    right = ")" if high_open else "]"
-    interval = f"{left}{'-inf' if low is None else low}, {'inf' if high is None else high}{right}"
-    too_low = low is not None and (value <= low if low_open else value < low)
-    too_high = high is not None and (value >= high if high_open else value > high)
-    if not math.isfinite(value) or too_low or too_high:
-        raise ValueError(f"{argument} must be in {interval}, got {value!r}")
 
 
 def _check_learning_rate(learning_rate):
     # A negative or NaN rate would otherwise only show up as a diverged run, and a string
     # (YAML reads "6e-3" as one) as an obscure failure inside the first step.
-    if isinstance(learning_rate, numbers.Real) and not isinstance(learning_rate, bool):
+    if is_number(learning_rate):
         check_number("learning_rate", learning_rate, low=0.0)
     elif isinstance(learning_rate, (str, bool)) or not (
-        callable(learning_rate) or isinstance(learning_rate, keras.Variable) or keras.ops.is_tensor(learning_rate)
+        callable(learning_rate)
+        or isinstance(learning_rate, keras.Variable)
+        or ops.is_tensor(learning_rate)
     ):
-        raise TypeError(
-            "learning_rate must be a number >= 0, a LearningRateSchedule, a callable or a variable, "
-            f"got {learning_rate!r} of type {type(learning_rate).__name__}"
+        raise type_error(
+            "learning_rate",
+            learning_rate,
+            "a number >= 0, a LearningRateSchedule, a callable or a variable",
         )
 
 
@@ -80,18 +70,10 @@ def _check_trust_ratio_bounds(min_trust_ratio, max_trust_ratio):
         )
 
 
-def _check_accumulation_steps(steps):
-    if steps is None:
-        return None
-    if isinstance(steps, bool) or not isinstance(steps, numbers.Integral):
-        raise TypeError(
-            "gradient_accumulation_steps must be an integer >= 1 or None, got "
-            f"{steps!r} of type {type(steps).__name__}"
-        )
-    if steps < 1:
-        raise ValueError(f"gradient_accumulation_steps must be an integer >= 1 or None, got {steps}")
+def _accumulation_steps(steps):
+    steps = check_optional_integer("gradient_accumulation_steps", steps, low=1)
     # One micro-batch per step is no accumulation; Keras itself rejects 1.
-    return int(steps) if steps > 1 else None
+    return steps if steps is not None and steps > 1 else None
 
 
 class LayerwiseAdaptiveOptimizer(keras.optimizers.Optimizer):
@@ -124,8 +106,7 @@ class LayerwiseAdaptiveOptimizer(keras.optimizers.Optimizer):
         _check_learning_rate(learning_rate)
         check_number("weight_decay", weight_decay, low=0.0)
         _check_trust_ratio_bounds(min_trust_ratio, max_trust_ratio)
-        if not isinstance(record_trust_ratio, bool):
-            raise TypeError(f"record_trust_ratio must be a bool, got {record_trust_ratio!r}")
+        check_bool("record_trust_ratio", record_trust_ratio)
         for argument, value in (
             ("clipnorm", clipnorm),
             ("clipvalue", clipvalue),
@@ -143,7 +124,7 @@ class LayerwiseAdaptiveOptimizer(keras.optimizers.Optimizer):
             ema_momentum=ema_momentum,
             ema_overwrite_frequency=ema_overwrite_frequency,
             loss_scale_factor=loss_scale_factor,
-            gradient_accumulation_steps=_check_accumulation_steps(gradient_accumulation_steps),
+            gradient_accumulation_steps=_accumulation_steps(gradient_accumulation_steps),
             name=name,
             **kwargs,
         )

@@ -3,7 +3,8 @@
 import keras
 from keras import ops
 
-from keras_largebatch.optimizers.base import LayerwiseAdaptiveOptimizer, check_number
+from keras_largebatch._checks import check_bool, check_number
+from keras_largebatch.optimizers.base import LayerwiseAdaptiveOptimizer
 from keras_largebatch.optimizers.trust_ratio import l2_norm, trust_ratio
 
 
@@ -85,8 +86,7 @@ class LAMB(LayerwiseAdaptiveOptimizer):
         check_number("beta_1", beta_1, low=0.0, high=1.0, high_open=True)
         check_number("beta_2", beta_2, low=0.0, high=1.0, high_open=True)
         check_number("epsilon", epsilon, low=0.0)
-        if not isinstance(bias_correction, bool):
-            raise TypeError(f"bias_correction must be a bool, got {bias_correction!r}")
+        check_bool("bias_correction", bias_correction)
         super().__init__(
             learning_rate=learning_rate,
             weight_decay=weight_decay,

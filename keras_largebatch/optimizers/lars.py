@@ -3,7 +3,8 @@
 import keras
 from keras import ops
 
-from keras_largebatch.optimizers.base import LayerwiseAdaptiveOptimizer, check_number
+from keras_largebatch._checks import check_bool, check_number
+from keras_largebatch.optimizers.base import LayerwiseAdaptiveOptimizer
 from keras_largebatch.optimizers.trust_ratio import l2_norm, trust_ratio
 
 
@@ -85,9 +86,8 @@ class LARS(LayerwiseAdaptiveOptimizer):
         check_number("momentum", momentum, low=0.0, high=1.0, high_open=True)
         check_number("trust_coefficient", trust_coefficient, low=0.0)
         check_number("epsilon", epsilon, low=0.0)
-        for argument, value in (("nesterov", nesterov), ("clip", clip)):
-            if not isinstance(value, bool):
-                raise TypeError(f"{argument} must be a bool, got {value!r}")
+        check_bool("nesterov", nesterov)
+        check_bool("clip", clip)
         super().__init__(
             learning_rate=learning_rate,
             weight_decay=weight_decay,
