@@ -31,7 +31,7 @@ class LARS(LayerwiseAdaptiveOptimizer):
         learning_rate: float, `LearningRateSchedule` or callable. Defaults to ``1.0``
             (MLPerf uses a base rate near 20 at batch 32K with trust_coefficient 0.001).
         momentum: momentum in [0, 1). Defaults to ``0.9`` (0.94-0.95 at batch 32K+).
-        trust_coefficient: eta, >= 0. Defaults to ``0.001``.
+        trust_coefficient: eta, > 0. Defaults to ``0.001``.
         epsilon: added to the trust-ratio denominator, >= 0. Defaults to ``0.0`` (MLPerf).
         weight_decay: decay rate added to the gradient, >= 0. Defaults to ``0.0``.
         nesterov: Nesterov momentum. Defaults to ``False``.
@@ -84,7 +84,9 @@ class LARS(LayerwiseAdaptiveOptimizer):
         **kwargs,
     ):
         check_number("momentum", momentum, low=0.0, high=1.0, high_open=True)
-        check_number("trust_coefficient", trust_coefficient, low=0.0)
+        # A coefficient of 0 would make every adapted variable's step 0: the run would
+        # train only the excluded variables, without a word.
+        check_number("trust_coefficient", trust_coefficient, low=0.0, low_open=True)
         check_number("epsilon", epsilon, low=0.0)
         check_bool("nesterov", nesterov)
         check_bool("clip", clip)

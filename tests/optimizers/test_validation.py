@@ -35,7 +35,9 @@ LAMB_ONLY = [
 LARS_ONLY = [
     ("momentum", 1.0, ValueError, r"momentum must be in \[0.0, 1.0\), got 1.0"),
     ("momentum", -0.5, ValueError, r"momentum must be in \[0.0, 1.0\), got -0.5"),
-    ("trust_coefficient", -0.001, ValueError, r"trust_coefficient must be in \[0.0, inf\], got -0.001"),
+    ("trust_coefficient", -0.001, ValueError, r"trust_coefficient must be in \(0.0, inf\], got -0.001"),
+    # 0 would silently freeze every adapted variable.
+    ("trust_coefficient", 0.0, ValueError, r"trust_coefficient must be in \(0.0, inf\], got 0.0"),
     ("nesterov", "true", TypeError, r"nesterov must be True or False, got 'true'"),
     ("clip", None, TypeError, r"clip must be True or False, got None"),
 ]
