@@ -115,7 +115,9 @@ class LAMB(LayerwiseAdaptiveOptimizer):
         if self.built:
             return
         super().build(var_list)
-        self._momentums, self._velocities = self.add_optimizer_variables(var_list, ["momentum", "velocity"])
+        self._momentums, self._velocities = self.add_optimizer_variables(
+            var_list, ["momentum", "velocity"]
+        )
 
     def update_step(self, gradient, variable, learning_rate):
         index = self._get_variable_index(variable)
@@ -131,7 +133,9 @@ class LAMB(LayerwiseAdaptiveOptimizer):
             # The corrections fold into two scalars: r = m * c1 / (sqrt(v) * c2 + eps).
             step = ops.cast(self.iterations + 1, dtype)
             inverse_correction_1 = 1.0 / (1.0 - ops.power(ops.cast(self.beta_1, dtype), step))
-            inverse_sqrt_correction_2 = ops.rsqrt(1.0 - ops.power(ops.cast(self.beta_2, dtype), step))
+            inverse_sqrt_correction_2 = ops.rsqrt(
+                1.0 - ops.power(ops.cast(self.beta_2, dtype), step)
+            )
             update = ops.divide(
                 ops.multiply(m, inverse_correction_1),
                 ops.add(ops.multiply(ops.sqrt(v), inverse_sqrt_correction_2), self.epsilon),

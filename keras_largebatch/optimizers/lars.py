@@ -130,7 +130,9 @@ class LARS(LayerwiseAdaptiveOptimizer):
 
         direction = gradient
         if decays:
-            direction = ops.add(gradient, ops.multiply(variable, ops.cast(self.weight_decay, dtype)))
+            direction = ops.add(
+                gradient, ops.multiply(variable, ops.cast(self.weight_decay, dtype))
+            )
         if self._adapts(variable):
             weight_norm = l2_norm(variable)
             gradient_norm = l2_norm(gradient)
@@ -149,7 +151,9 @@ class LARS(LayerwiseAdaptiveOptimizer):
                 # As in NVIDIA apex's LARC, only a defined ratio is clipped: a variable with a
                 # zero norm keeps the fallback of 1 and takes the plain step.
                 rate = ops.cast(learning_rate, "float32")
-                defined = ops.logical_and(ops.greater(weight_norm, 0.0), ops.greater(gradient_norm, 0.0))
+                defined = ops.logical_and(
+                    ops.greater(weight_norm, 0.0), ops.greater(gradient_norm, 0.0)
+                )
                 clipped = ops.minimum(ratio / ops.where(ops.greater(rate, 0.0), rate, 1.0), 1.0)
                 ratio = ops.where(ops.logical_and(defined, ops.greater(rate, 0.0)), clipped, ratio)
             self._record_trust_ratio(variable, ratio)
@@ -174,29 +178,21 @@ class LARS(LayerwiseAdaptiveOptimizer):
 
 
 def _momentum_step(optimizer, variable, velocity, direction, step_size, momentum, nesterov):
-    """``m = momentum * m - step_size * direction``; ``w += m`` (Nesterov: ``w += momentum * m - step_size * direction``).
+    """``m = momentum * m - step_size * direction``; ``w += m`` (Nesterov:
+    ``w += momentum * m - step_size * direction``).
 
-    ``m`` is minus the velocity of the class docstring. On TensorFlow this is the fused
-    ``ResourceApplyKerasMomentum`` kernel (one pass over w, m and the direction, also under XLA);
-    elsewhere the same arithmetic in `keras.ops`.
+    ``m`` is minus the velocity of the class docstring. On TensorFlow this is one fused kernel.
     """
     if keras.backend.backend() == "tensorflow":
-        import tensorflow as tf
+        from keras_largebatch.optimizers import _tensorflow
 
-        momentum_buffer = velocity.value if isinstance(velocity, keras.Variable) else velocity
-        weights = variable.value if isinstance(variable, keras.Variable) else variable
-        tf.raw_ops.ResourceApplyKerasMomentum(
-            var=weights.handle,
-            accum=momentum_buffer.handle,
-            lr=step_size,
-            grad=direction,
-            momentum=ops.cast(momentum, variable.dtype),
-            use_nesterov=nesterov,
-        )
+        _tensorflow.momentum_step(variable, velocity, direction, step_size, momentum, nesterov)
         return
     scaled_direction = ops.multiply(direction, step_size)
     optimizer.assign(velocity, ops.subtract(ops.multiply(velocity, momentum), scaled_direction))
     if nesterov:
-        optimizer.assign_add(variable, ops.subtract(ops.multiply(velocity, momentum), scaled_direction))
+        optimizer.assign_add(
+            variable, ops.subtract(ops.multiply(velocity, momentum), scaled_direction)
+        )
     else:
         optimizer.assign_add(variable, velocity)
