@@ -36,9 +36,10 @@ class LAMB(LayerwiseAdaptiveOptimizer):
             ``0.0``; BERT pretraining uses ``0.01``.
         bias_correction: divide the moments by ``1 - beta**t``. Defaults to ``True``; the
             google-research/bert optimizer runs without it.
-        exclude_from_weight_decay: ``None`` (default: rank-0/1 variables, i.e. biases and
-            normalization parameters, are excluded), a list of regular expressions searched
-            in ``variable.path``, or a callable ``variable -> bool``. ``[]`` excludes nothing.
+        exclude_from_weight_decay: ``None`` (default: biases and normalization parameters are
+            excluded: rank-0/1 variables, and variables named ``bias`` of any rank, such as
+            keras-hub's attention biases), a list of regular expressions searched in
+            ``variable.path``, or a callable ``variable -> bool``. ``[]`` excludes nothing.
         exclude_from_layer_adaptation: the same rules for the trust ratio (excluded
             variables use a ratio of 1). Defaults to ``None``.
         min_trust_ratio: lower clamp on the trust ratio, or ``None`` (default).

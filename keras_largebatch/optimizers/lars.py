@@ -37,8 +37,9 @@ class LARS(LayerwiseAdaptiveOptimizer):
         nesterov: Nesterov momentum. Defaults to ``False``.
         clip: LARC's clip mode, ``trust = min(trust / learning_rate, 1)``, so that the
             local rate never exceeds the global one (NVIDIA apex LARC). Defaults to ``False``.
-        exclude_from_weight_decay: ``None`` (default: rank-0/1 variables, i.e. biases and
-            batch-norm parameters, are excluded), a list of regular expressions searched in
+        exclude_from_weight_decay: ``None`` (default: biases and batch-norm parameters are
+            excluded: rank-0/1 variables, and variables named ``bias`` of any rank, such as
+            keras-hub's attention biases), a list of regular expressions searched in
             ``variable.path``, or a callable ``variable -> bool``. ``[]`` excludes nothing.
         exclude_from_layer_adaptation: the same rules for the trust ratio. Defaults to
             ``None``.
