@@ -17,7 +17,8 @@ import keras
 import numpy as np
 import yaml
 
-from keras_largebatch.schedules import _PHASE_DEFAULTS, _PHASE_REQUIRED, MultiPhaseSchedule, WarmupPolynomialDecay
+from keras_largebatch.schedules import MultiPhaseSchedule, WarmupPolynomialDecay
+from keras_largebatch.schedules.multi_phase import PHASE_DEFAULTS, PHASE_REQUIRED
 
 
 def plot_schedule(schedule, output_path, total_steps=None, num_points=1000, title=None):
@@ -106,7 +107,7 @@ def schedule_from_config(config):
     # Imported here: the BERT recipe builds on the schedules, not the other way round.
     from keras_largebatch.bert.config import config_from_dict
 
-    schedule_keys = _PHASE_REQUIRED + tuple(_PHASE_DEFAULTS)
+    schedule_keys = PHASE_REQUIRED + tuple(PHASE_DEFAULTS)
     return MultiPhaseSchedule(
         [{key: getattr(phase, key) for key in schedule_keys} for phase in config_from_dict(config).phases]
     )
@@ -173,7 +174,7 @@ def main(argv=None):
             num_points=args.num_points,
             title=args.title,
         )
-    except (OSError, ValueError) as error:
+    except (OSError, TypeError, ValueError) as error:
         parser.error(str(error))
     print(f"wrote {args.output}")
     return 0
