@@ -122,6 +122,15 @@ class LARS(LayerwiseAdaptiveOptimizer):
         super().build(var_list)
         self._velocities = self.add_optimizer_variables(var_list, "velocity")
 
+    @property
+    def velocities(self):
+        """The momentum buffer of each variable, in the order `build` was given them.
+
+        Each holds ``-v`` of the class docstring, learning rate included, so rescaling it by
+        ``new_rate / old_rate`` is Goyal et al.'s momentum correction. Empty before `build`.
+        """
+        return list(self._velocities) if self.built else []
+
     def update_step(self, gradient, variable, learning_rate):
         velocity = self._velocities[self._get_variable_index(variable)]
         dtype = variable.dtype
