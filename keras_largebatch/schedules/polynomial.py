@@ -114,11 +114,7 @@ class WarmupPolynomialDecay(keras.optimizers.schedules.LearningRateSchedule):
     ):
         super().__init__()
         check_warmup_polynomial_decay(
-            peak_learning_rate,
-            warmup_steps,
-            total_steps,
-            end_learning_rate,
-            power,
+            peak_learning_rate, warmup_steps, total_steps, end_learning_rate, power
         )
         self.peak_learning_rate = peak_learning_rate
         self.total_steps = total_steps
@@ -204,11 +200,7 @@ class LarsMLPerfSchedule(keras.optimizers.schedules.LearningRateSchedule):
                 f"total_steps={total_steps}"
             )
         check_warmup_polynomial_decay(
-            peak_learning_rate,
-            warmup_steps,
-            total_steps,
-            end_learning_rate,
-            power,
+            peak_learning_rate, warmup_steps, total_steps, end_learning_rate, power
         )
         self.peak_learning_rate = peak_learning_rate
         self.steps_per_epoch = steps_per_epoch

@@ -106,17 +106,21 @@ def test_keras_exclude_from_weight_decay_still_works():
     assert "embedding/embeddings" in decayed
 
 
-def test_patterns_match_keras_hub_bert_paths():
+def _tiny_keras_hub_bert():
+    """A keras-hub BertBackbone built offline, small enough for a unit test."""
     keras_hub = pytest.importorskip("keras_hub")
-    backbone = keras_hub.models.BertBackbone(
-        vocabulary_size=50,
-        num_layers=1,
+    return keras_hub.models.BertBackbone(
+        vocabulary_size=100,
+        num_layers=2,
         num_heads=2,
-        hidden_dim=8,
-        intermediate_dim=16,
+        hidden_dim=32,
+        intermediate_dim=64,
         max_sequence_length=16,
     )
-    variables = backbone.trainable_variables
+
+
+def test_patterns_match_keras_hub_bert_paths():
+    variables = _tiny_keras_hub_bert().trainable_variables
     rule = ExclusionRule(["layer_norm", "bias"], "exclude_from_weight_decay")
     excluded = {v.path for v in variables if rule.excludes(v)}
     kept = {v.path for v in variables} - excluded
@@ -131,19 +135,10 @@ def test_patterns_match_keras_hub_bert_paths():
 def test_default_rule_excludes_every_bias_of_a_keras_hub_bert():
     # keras-hub's EinsumDense query/key/value biases are rank 2: a rank rule alone would decay
     # and adapt them, unlike google-research/bert, NVIDIA and TF Model Garden.
-    keras_hub = pytest.importorskip("keras_hub")
     from tests.optimizers import reference
 
     keras.utils.set_random_seed(0)
-    backbone = keras_hub.models.BertBackbone(
-        vocabulary_size=100,
-        num_layers=2,
-        num_heads=2,
-        hidden_dim=32,
-        intermediate_dim=64,
-        max_sequence_length=16,
-    )
-    variables = backbone.trainable_variables
+    variables = _tiny_keras_hub_bert().trainable_variables
     rng = np.random.default_rng(0)
     for variable in variables:
         if variable.name in ("bias", "beta"):
