@@ -9,7 +9,8 @@ import math
 import numbers
 
 
-def _type_error(argument, value, expected):
+def type_error(argument, value, expected):
+    """The TypeError for ``value`` of the wrong type: "<argument> must be <expected>, got ..."."""
     hint = ""
     if isinstance(value, str) and expected.startswith(("a number", "an integer")):
         # The usual way a string reaches a numeric argument: YAML 1.1 (PyYAML) reads 6e-3,
@@ -47,7 +48,7 @@ def check_number(argument, value, *, low=None, high=None, low_open=False, high_o
     bound itself.
     """
     if not is_number(value):
-        raise _type_error(argument, value, "a number")
+        raise type_error(argument, value, "a number")
     if not math.isfinite(value):
         raise ValueError(
             f"{argument} must be a finite number in "
@@ -60,7 +61,7 @@ def check_number(argument, value, *, low=None, high=None, low_open=False, high_o
 def check_integer(argument, value, *, low=None, high=None):
     """Raises unless ``value`` is an integer (not a bool) in ``[low, high]``; returns it as int."""
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise _type_error(argument, value, "an integer")
+        raise type_error(argument, value, "an integer")
     _check_range(argument, value, low, high, False, False)
     return int(value)
 
@@ -70,21 +71,21 @@ def check_optional_integer(argument, value, *, low=None, high=None):
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise _type_error(argument, value, "an integer or None")
+        raise type_error(argument, value, "an integer or None")
     return check_integer(argument, value, low=low, high=high)
 
 
 def check_bool(argument, value):
     """Raises TypeError unless ``value`` is True or False; returns it."""
     if not isinstance(value, bool):
-        raise _type_error(argument, value, "True or False")
+        raise type_error(argument, value, "True or False")
     return value
 
 
 def check_string(argument, value):
     """Raises TypeError unless ``value`` is a str; returns it."""
     if not isinstance(value, str):
-        raise _type_error(argument, value, "a string")
+        raise type_error(argument, value, "a string")
     return value
 
 

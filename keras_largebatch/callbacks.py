@@ -5,13 +5,14 @@ model compiled with a schedule from `keras_largebatch.schedules` already warms
 up inside the train step and needs no callback.
 """
 
-import numbers
 import os
 
 import keras
 import numpy as np
 
+from keras_largebatch._checks import check_bool, check_integer, check_number
 from keras_largebatch.optimizers import LARS
+from keras_largebatch.schedules.warmup import warmup_ramp
 
 
 def _unwrap(optimizer):
@@ -39,7 +40,7 @@ def _holds_learning_rate_in_velocity(optimizer):
 def _learning_rate_scaled_velocities(optimizer):
     """The buffers described in `_holds_learning_rate_in_velocity`."""
     if isinstance(optimizer, LARS):
-        return optimizer._velocities
+        return optimizer.velocities
     return optimizer.momentums
 
 
@@ -56,7 +57,8 @@ class LearningRateWarmup(keras.callbacks.Callback):
     lr(t) = target                                    otherwise
     ```
 
-    `W = warmup_steps`, or `warmup_epochs * steps_per_epoch`.
+    `W = warmup_steps`, or `warmup_epochs * steps_per_epoch`: the linear
+    `keras_largebatch.schedules.warmup_ramp`, as in the `WarmUp` schedule.
     Horovod's ramp from `target / size` is `initial_learning_rate=target/size`.
 
     `steps_per_execution > 1`: Keras calls batch callbacks once per
@@ -127,22 +129,16 @@ class LearningRateWarmup(keras.callbacks.Callback):
             ("steps_per_epoch", steps_per_epoch),
             ("target_learning_rate", target_learning_rate),
         ):
-            if value is None:
-                continue
-            if isinstance(value, bool) or not isinstance(value, numbers.Real):
-                raise TypeError(f"{name} must be a number > 0, got {value!r} of type {type(value).__name__}")
-            if not value > 0:
-                raise ValueError(f"{name} must be > 0, got {value}")
+            if value is not None:
+                check_number(name, value, low=0, low_open=True)
         if steps_per_epoch is not None and warmup_epochs is None:
             raise ValueError(
                 "steps_per_epoch is only used with warmup_epochs, got "
                 f"steps_per_epoch={steps_per_epoch} with "
                 f"warmup_steps={warmup_steps}"
             )
-        if not isinstance(momentum_correction, bool):
-            raise TypeError(f"momentum_correction must be a bool, got {momentum_correction!r}")
-        if not initial_learning_rate >= 0:
-            raise ValueError(f"initial_learning_rate must be >= 0, got {initial_learning_rate}")
+        check_bool("momentum_correction", momentum_correction)
+        check_number("initial_learning_rate", initial_learning_rate, low=0)
         self.warmup_steps = warmup_steps
         self.warmup_epochs = warmup_epochs
         self.steps_per_epoch = steps_per_epoch
@@ -196,9 +192,7 @@ class LearningRateWarmup(keras.callbacks.Callback):
         # With steps_per_execution > 1 the batch hooks may skip the step
         # equal to the warmup length, so the end is "at or past" it.
         self._finished = fraction == 1.0
-        new_rate = self.initial_learning_rate + fraction * (
-            self.target_learning_rate - self.initial_learning_rate
-        )
+        new_rate = warmup_ramp(fraction, self.initial_learning_rate, self.target_learning_rate)
         old_rate = _current_learning_rate(optimizer)
         # From a rate of 0 the ratio is undefined, and before the first
         # update the optimizer is not built and has no velocity yet.
@@ -286,12 +280,8 @@ class TrustRatioMonitor(keras.callbacks.Callback):
 
     def __init__(self, log_dir=None, num_extremes=3, histogram_buckets=30):
         super().__init__()
-        for name, value in (
-            ("num_extremes", num_extremes),
-            ("histogram_buckets", histogram_buckets),
-        ):
-            if not (isinstance(value, int) and value > 0):
-                raise ValueError(f"{name} must be an int > 0, got {value!r}")
+        check_integer("num_extremes", num_extremes, low=1)
+        check_integer("histogram_buckets", histogram_buckets, low=1)
         self.log_dir = log_dir
         self.num_extremes = num_extremes
         self.histogram_buckets = histogram_buckets

@@ -31,6 +31,8 @@ import urllib.parse
 
 import tensorflow as tf
 
+from keras_largebatch._checks import check_choice, check_integer, check_number, check_string
+
 STRATEGY_NAMES = ("auto", "tpu", "multi_worker", "mirrored", "one_device", "default")
 COMMUNICATION_NAMES = ("auto", "ring", "nccl")
 
@@ -82,13 +84,14 @@ def get_strategy(
         A `tf.distribute.Strategy`.
 
     Raises:
+        TypeError: `tpu` that is not a string or `tpu_connect_timeout` that is not a number.
         ValueError: an unknown `name` or `communication`, `tpu`/`devices`/`communication`
-            given with a strategy that does not use them, or a malformed `TF_CONFIG`. Raised
-            before any device is touched.
+            given with a strategy that does not use them, a `tpu_connect_timeout` <= 0, or a
+            malformed `TF_CONFIG`. Raised before any device is touched.
         RuntimeError: the requested TPU cannot be found or reached.
     """
-    _check_choice("name", name, STRATEGY_NAMES)
-    _check_choice("communication", communication, COMMUNICATION_NAMES)
+    check_choice("name", name, STRATEGY_NAMES)
+    check_choice("communication", communication, COMMUNICATION_NAMES)
     if tpu is not None and name not in ("auto", "tpu"):
         raise ValueError(
             f"tpu is only used with name='tpu' or name='auto', got tpu={tpu!r} with name={name!r}"
@@ -107,10 +110,7 @@ def get_strategy(
         _single_device(devices)
     if tpu is not None:
         _check_tpu_address(tpu)
-    if isinstance(tpu_connect_timeout, bool) or not (
-        isinstance(tpu_connect_timeout, (int, float)) and tpu_connect_timeout > 0
-    ):
-        raise ValueError(f"tpu_connect_timeout must be > 0 seconds, got {tpu_connect_timeout!r}")
+    check_number("tpu_connect_timeout", tpu_connect_timeout, low=0, low_open=True)
     if name == "multi_worker":
         tf_config_num_workers()
 
@@ -151,7 +151,7 @@ def resolve_strategy_name(name="auto", tpu=None):
     Raises:
         ValueError: an unknown `name`, or a malformed `TF_CONFIG` (for "auto").
     """
-    _check_choice("name", name, STRATEGY_NAMES)
+    check_choice("name", name, STRATEGY_NAMES)
     if name != "auto":
         return name
     num_workers = tf_config_num_workers()
@@ -263,12 +263,12 @@ def configure_logical_cpus(num_devices):
         The device names, for `get_strategy("mirrored", devices=...)`.
 
     Raises:
-        ValueError: `num_devices` is not a positive int.
+        TypeError: `num_devices` is not an integer.
+        ValueError: `num_devices` is below 1.
         RuntimeError: TensorFlow is already initialized with a different number of
             logical CPU devices.
     """
-    if isinstance(num_devices, bool) or not isinstance(num_devices, int) or num_devices < 1:
-        raise ValueError(f"num_devices must be an int >= 1, got {num_devices!r}")
+    check_integer("num_devices", num_devices, low=1)
     cpu = tf.config.list_physical_devices("CPU")[0]
     try:
         tf.config.set_logical_device_configuration(
@@ -312,11 +312,6 @@ class _MultiWorkerMirroredStrategy(tf.distribute.MultiWorkerMirroredStrategy):
         return tf.nest.map_structure(reduce_leaf, value)
 
 
-def _check_choice(argument, value, allowed):
-    if value not in allowed:
-        raise ValueError(f"{argument} must be one of {allowed}, got {value!r}")
-
-
 def _check_task(task, cluster, tf_config):
     if not isinstance(task, dict) or "type" not in task or "index" not in task:
         raise ValueError(
@@ -346,7 +341,8 @@ def _single_device(devices):
 
 
 def _check_tpu_address(tpu):
-    if not isinstance(tpu, str) or not tpu:
+    check_string("tpu", tpu)
+    if not tpu:
         raise ValueError(f'tpu must be "local", a TPU name or "grpc://host:port", got {tpu!r}')
     if tpu.startswith("grpc://"):
         _grpc_host_port(tpu)
@@ -395,7 +391,8 @@ def _tpu_strategy(tpu, connect_timeout):
 
 
 def _check_reachable(address, timeout, tpu):
-    """Raises RuntimeError unless a TCP connection to `address` ("grpc://host:port") opens in time."""
+    """Raises RuntimeError unless a TCP connection to `address` ("grpc://host:port") opens
+    within `timeout` seconds."""
     host, port = _grpc_host_port(address)
     try:
         with socket.create_connection((host, port), timeout=timeout):

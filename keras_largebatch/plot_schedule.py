@@ -9,15 +9,18 @@ Command line (`keras-largebatch-plot-schedule`):
 `--config` reads a YAML or JSON file holding a pretraining config (`keras-largebatch-pretrain
 --config`, or just its `phases:` list; omitted phase fields take the pretraining defaults) or a
 serialized schedule (the output of `keras.optimizers.schedules.serialize`).
+
+Keras and the schedules are imported inside the functions, so that the command can quiet
+TensorFlow's start-up lines before TensorFlow is first imported.
 """
 
 import argparse
 
-import keras
 import numpy as np
 import yaml
 
-from keras_largebatch.schedules import _PHASE_DEFAULTS, _PHASE_REQUIRED, MultiPhaseSchedule, WarmupPolynomialDecay
+from keras_largebatch._checks import check_integer, check_number
+from keras_largebatch._logging import quiet_tensorflow_logs
 
 
 def plot_schedule(schedule, output_path, total_steps=None, num_points=1000, title=None):
@@ -44,15 +47,18 @@ def plot_schedule(schedule, output_path, total_steps=None, num_points=1000, titl
                 f"total_steps is needed to plot a {type(schedule).__name__}, "
                 "which has no total_steps of its own"
             )
-    if not total_steps > 0:
-        raise ValueError(f"total_steps must be > 0, got {total_steps}")
-    if not (isinstance(num_points, int) and num_points >= 2):
-        raise ValueError(f"num_points must be an int >= 2, got {num_points!r}")
+    check_number("total_steps", total_steps, low=0, low_open=True)
+    check_integer("num_points", num_points, low=2)
+    import keras
+
+    from keras_largebatch.schedules import MultiPhaseSchedule
 
     steps = np.linspace(0, total_steps, num_points).round()
     steps = np.unique(np.concatenate([steps, _corner_steps(schedule)]))
     steps = steps[steps <= total_steps].astype(np.int64)
-    learning_rates = np.array([float(keras.ops.convert_to_numpy(schedule(int(step)))) for step in steps])
+    learning_rates = np.array(
+        [float(keras.ops.convert_to_numpy(schedule(int(step)))) for step in steps]
+    )
 
     # Imported here so that importing the package does not need matplotlib,
     # and with the Agg backend so that it works without a display.
@@ -78,6 +84,8 @@ def plot_schedule(schedule, output_path, total_steps=None, num_points=1000, titl
 
 def _corner_steps(schedule):
     """Steps where the schedule peaks or restarts, which sampling could miss."""
+    from keras_largebatch.schedules import MultiPhaseSchedule
+
     if isinstance(schedule, MultiPhaseSchedule):
         return [
             start + offset
@@ -96,6 +104,14 @@ def schedule_from_config(config):
     ``seq_length`` give exactly the curve a pretraining run follows: one warmup and decay per
     phase.
     """
+    import keras
+
+    from keras_largebatch.schedules.multi_phase import (
+        PHASE_DEFAULTS,
+        PHASE_REQUIRED,
+        MultiPhaseSchedule,
+    )
+
     if isinstance(config, dict) and "class_name" in config:
         return keras.optimizers.schedules.deserialize(config)
     if not isinstance(config, dict):
@@ -106,9 +122,10 @@ def schedule_from_config(config):
     # Imported here: the BERT recipe builds on the schedules, not the other way round.
     from keras_largebatch.bert.config import config_from_dict
 
-    schedule_keys = _PHASE_REQUIRED + tuple(_PHASE_DEFAULTS)
+    schedule_keys = PHASE_REQUIRED + tuple(PHASE_DEFAULTS)
+    phases = config_from_dict(config).phases
     return MultiPhaseSchedule(
-        [{key: getattr(phase, key) for key in schedule_keys} for phase in config_from_dict(config).phases]
+        [{key: getattr(phase, key) for key in schedule_keys} for phase in phases]
     )
 
 
@@ -133,15 +150,22 @@ def _parser():
         help="the schedule's total steps; with --config, the last step plotted",
     )
     parser.add_argument("--warmup-steps", type=int, help="without --config: warmup steps")
-    parser.add_argument("--end-learning-rate", type=float, default=0.0, help="without --config (default 0)")
+    parser.add_argument(
+        "--end-learning-rate", type=float, default=0.0, help="without --config (default 0)"
+    )
     parser.add_argument("--power", type=float, default=1.0, help="without --config (default 1)")
-    parser.add_argument("--num-points", type=int, default=1000, help="steps evaluated (default 1000)")
+    parser.add_argument(
+        "--num-points", type=int, default=1000, help="steps evaluated (default 1000)"
+    )
     parser.add_argument("--title", help="plot title (default: the schedule's class)")
     return parser
 
 
 def main(argv=None):
     """Entry point of `keras-largebatch-plot-schedule`; returns the exit status."""
+    quiet_tensorflow_logs()
+    from keras_largebatch.schedules import WarmupPolynomialDecay
+
     parser = _parser()
     args = parser.parse_args(argv)
     direct = (args.peak_learning_rate, args.warmup_steps)
@@ -157,7 +181,8 @@ def main(argv=None):
         else:
             if args.total_steps is None or any(value is None for value in direct):
                 parser.error(
-                    "give --config, or all of --peak-learning-rate, --total-steps and --warmup-steps"
+                    "give --config, or all of --peak-learning-rate, --total-steps and "
+                    "--warmup-steps"
                 )
             schedule = WarmupPolynomialDecay(
                 peak_learning_rate=args.peak_learning_rate,
@@ -173,7 +198,7 @@ def main(argv=None):
             num_points=args.num_points,
             title=args.title,
         )
-    except (OSError, ValueError) as error:
+    except (OSError, TypeError, ValueError) as error:
         parser.error(str(error))
     print(f"wrote {args.output}")
     return 0

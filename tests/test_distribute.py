@@ -74,7 +74,8 @@ def machine(monkeypatch):
         (
             0,
             0,
-            '{"cluster": {"chief": ["h:1"], "worker": ["h:2"]}, "task": {"type": "chief", "index": 0}}',
+            '{"cluster": {"chief": ["h:1"], "worker": ["h:2"]}, '
+            '"task": {"type": "chief", "index": 0}}',
             "multi_worker",
         ),
         (
@@ -119,22 +120,36 @@ def test_unknown_name_fails_before_touching_devices(monkeypatch):
 
 
 @pytest.mark.parametrize(
-    "kwargs, words",
+    "kwargs, error, words",
     [
-        ({"communication": "mpi"}, ["communication", "'mpi'", "'ring'"]),
-        ({"name": "mirrored", "tpu": "local"}, ["tpu", "'local'", "'mirrored'"]),
-        ({"name": "default", "devices": ["/cpu:0"]}, ["devices", "'default'"]),
-        ({"name": "mirrored", "communication": "ring"}, ["communication", "'mirrored'"]),
-        ({"name": "tpu", "tpu": "grpc://no-port"}, ["grpc://host:port", "'grpc://no-port'"]),
-        ({"name": "tpu", "tpu": ""}, ["tpu", "''"]),
-        ({"tpu_connect_timeout": 0}, ["tpu_connect_timeout", "0"]),
-        ({"tpu_connect_timeout": "10"}, ["tpu_connect_timeout", "'10'"]),
-        ({"name": "one_device", "devices": ["/cpu:0", "/cpu:1"]}, ["one_device", "/cpu:1"]),
+        ({"communication": "mpi"}, ValueError, ["communication", "'mpi'", "'ring'"]),
+        ({"name": "mirrored", "tpu": "local"}, ValueError, ["tpu", "'local'", "'mirrored'"]),
+        ({"name": "default", "devices": ["/cpu:0"]}, ValueError, ["devices", "'default'"]),
+        (
+            {"name": "mirrored", "communication": "ring"},
+            ValueError,
+            ["communication", "'mirrored'"],
+        ),
+        (
+            {"name": "tpu", "tpu": "grpc://no-port"},
+            ValueError,
+            ["grpc://host:port", "'grpc://no-port'"],
+        ),
+        ({"name": "tpu", "tpu": ""}, ValueError, ["tpu", "''"]),
+        ({"tpu_connect_timeout": 0}, ValueError, ["tpu_connect_timeout", "0"]),
+        # Wrong types are TypeErrors (tpu_connect_timeout="10" was a ValueError before).
+        ({"tpu_connect_timeout": "10"}, TypeError, ["tpu_connect_timeout", "'10'"]),
+        ({"name": "tpu", "tpu": 5}, TypeError, ["tpu", "5"]),
+        (
+            {"name": "one_device", "devices": ["/cpu:0", "/cpu:1"]},
+            ValueError,
+            ["one_device", "/cpu:1"],
+        ),
     ],
 )
-def test_bad_arguments_name_the_argument_and_value(machine, kwargs, words):
+def test_bad_arguments_name_the_argument_and_value(machine, kwargs, error, words):
     machine()
-    with pytest.raises(ValueError) as raised:
+    with pytest.raises(error) as raised:
         get_strategy(**kwargs)
     for word in words:
         assert word in str(raised.value)
@@ -332,8 +347,10 @@ def test_configure_logical_cpus_cannot_change_an_initialized_runtime():
     with pytest.raises(RuntimeError) as raised:
         configure_logical_cpus(2)
     assert "num_devices=2" in str(raised.value) and "4 logical CPU" in str(raised.value)
-    for bad in (0, 2.0, True):
-        with pytest.raises(ValueError, match="num_devices must be an int >= 1"):
+    with pytest.raises(ValueError, match=r"num_devices must be in \[1, inf\], got 0"):
+        configure_logical_cpus(0)
+    for bad in (2.0, True):
+        with pytest.raises(TypeError, match="num_devices must be an integer"):
             configure_logical_cpus(bad)
 
 

@@ -20,7 +20,7 @@ from keras_largebatch.schedules import (
     scale_learning_rate,
 )
 
-# NVIDIA's two-phase BERT run (REFERENCE.md section 4).
+# NVIDIA's two-phase BERT run (NVIDIA/DeepLearningExamples, PyTorch/LanguageModeling/BERT).
 NVIDIA_PHASES = [
     {"steps": 7038, "peak_learning_rate": 6e-3, "warmup_steps": 2000, "power": 0.5},
     {"steps": 1563, "peak_learning_rate": 4e-3, "warmup_steps": 200, "power": 0.5},
@@ -160,7 +160,9 @@ def test_schedules_accept_array_steps():
 
 
 SCHEDULES = [
-    WarmupPolynomialDecay(5e-3, total_steps=1000, warmup_steps=200, end_learning_rate=1e-4, power=0.5),
+    WarmupPolynomialDecay(
+        5e-3, total_steps=1000, warmup_steps=200, end_learning_rate=1e-4, power=0.5
+    ),
     LarsMLPerfSchedule(21.2, steps_per_epoch=39, warmup_epochs=16, total_steps=2184),
     MultiPhaseSchedule(NVIDIA_PHASES),
     WarmUp(keras.optimizers.schedules.CosineDecay(1e-3, decay_steps=900), warmup_steps=100),
@@ -217,8 +219,12 @@ def test_model_save_round_trip_keeps_schedule_and_step(tmp_path):
     model.fit(np.ones((8, 1)), np.zeros((8, 1)), batch_size=1, epochs=1, verbose=0)
     path = tmp_path / "model.keras"
     model.save(path)
-    loaded = keras.saving.load_model(path, custom_objects={"constant_gradient_loss": constant_gradient_loss})
-    restored = keras.optimizers.schedules.deserialize(loaded.optimizer.get_config()["learning_rate"])
+    loaded = keras.saving.load_model(
+        path, custom_objects={"constant_gradient_loss": constant_gradient_loss}
+    )
+    restored = keras.optimizers.schedules.deserialize(
+        loaded.optimizer.get_config()["learning_rate"]
+    )
     assert isinstance(restored, MultiPhaseSchedule)
     assert restored.get_config() == schedule.get_config()
     # Step 8 is in the second phase, 2 steps into its 3-step warmup.
@@ -274,8 +280,12 @@ def test_schedules_on_other_backends(backend):
     np.testing.assert_allclose(
         out["multi_phase"], [two_phase_reference(s) for s in steps], rtol=1e-5, atol=1e-9
     )
-    np.testing.assert_allclose(out["lars"], [mlperf_reference(s, 21.2, 624, 2184) for s in steps], rtol=1e-5)
-    np.testing.assert_allclose(out["warmup"], [0.1 + 0.3 * min(s, 10) / 10 for s in steps], rtol=1e-5)
+    np.testing.assert_allclose(
+        out["lars"], [mlperf_reference(s, 21.2, 624, 2184) for s in steps], rtol=1e-5
+    )
+    np.testing.assert_allclose(
+        out["warmup"], [0.1 + 0.3 * min(s, 10) / 10 for s in steps], rtol=1e-5
+    )
     assert out["weight"] == pytest.approx(-sum(two_phase_reference(t) for t in range(8)), rel=1e-5)
 
 
@@ -302,56 +312,66 @@ def test_legw_scales_rate_by_sqrt_and_warmup_epochs_linearly():
 @pytest.mark.parametrize(
     "build, message",
     [
-        (lambda: WarmupPolynomialDecay(1.0, total_steps=0, warmup_steps=0), "total_steps must be > 0, got 0"),
+        (
+            lambda: WarmupPolynomialDecay(1.0, total_steps=0, warmup_steps=0),
+            "total_steps must be in (0, inf], got 0",
+        ),
         (
             lambda: WarmupPolynomialDecay(1.0, total_steps=-5, warmup_steps=0),
-            "total_steps must be > 0, got -5",
+            "total_steps must be in (0, inf], got -5",
         ),
         (
             lambda: WarmupPolynomialDecay(1.0, total_steps=100, warmup_steps=-1),
-            "warmup_steps must be >= 0, got -1",
+            "warmup_steps must be in [0, inf], got -1",
         ),
         (
             lambda: WarmupPolynomialDecay(1.0, total_steps=100, warmup_steps=200),
             "warmup_steps=200 >= total_steps=100",
         ),
         (
-            lambda: WarmupPolynomialDecay(1.0, total_steps=100, warmup_steps=10, end_learning_rate=2.0),
+            lambda: WarmupPolynomialDecay(
+                1.0, total_steps=100, warmup_steps=10, end_learning_rate=2.0
+            ),
             "end_learning_rate must be in [0, peak_learning_rate=1.0], got 2.0",
         ),
         (
             lambda: WarmupPolynomialDecay(0.0, total_steps=100, warmup_steps=10),
-            "peak_learning_rate must be > 0, got 0.0",
+            "peak_learning_rate must be in (0, inf], got 0.0",
         ),
         (
             lambda: WarmupPolynomialDecay(1.0, total_steps=100, warmup_steps=10, power=0),
-            "power must be > 0, got 0",
+            "power must be in (0, inf], got 0",
         ),
         (
             lambda: LarsMLPerfSchedule(1.0, steps_per_epoch=10, warmup_epochs=5, total_steps=40),
-            "warmup_epochs * steps_per_epoch must be < total_steps, got 5 * 10 = 50 >= total_steps=40",
+            "warmup_epochs * steps_per_epoch must be < total_steps, "
+            "got 5 * 10 = 50 >= total_steps=40",
         ),
         (
             lambda: LarsMLPerfSchedule(1.0, steps_per_epoch=0, warmup_epochs=5, total_steps=40),
-            "steps_per_epoch must be > 0, got 0",
+            "steps_per_epoch must be in (0, inf], got 0",
         ),
-        (lambda: WarmUp(1.0, warmup_steps=0), "warmup_steps must be > 0, got 0"),
+        (lambda: WarmUp(1.0, warmup_steps=0), "warmup_steps must be in (0, inf], got 0"),
         (
             lambda: WarmUp(1.0, warmup_steps=10, wrapped_step="end"),
-            'wrapped_step must be "after_warmup" or "global", got \'end\'',
+            "wrapped_step must be one of ['after_warmup', 'global'], got 'end'",
         ),
-        (lambda: WarmUp(-1.0, warmup_steps=10), "after_warmup must be >= 0, got -1.0"),
+        (lambda: WarmUp(-1.0, warmup_steps=10), "after_warmup must be in [0, inf], got -1.0"),
         (lambda: MultiPhaseSchedule([]), "phases must be a non-empty list of dicts, got []"),
         (
             lambda: MultiPhaseSchedule(NVIDIA_PHASES, total_steps=8600),
             "the phases' steps [7038, 1563] add up to 8601, but total_steps=8600",
         ),
         (
-            lambda: MultiPhaseSchedule([{"steps": 100, "peak_learning_rate": 1.0, "warmup_steps": 100}]),
+            lambda: MultiPhaseSchedule(
+                [{"steps": 100, "peak_learning_rate": 1.0, "warmup_steps": 100}]
+            ),
             "phases[0]: warmup_steps must be < total_steps",
         ),
         (
-            lambda: MultiPhaseSchedule([NVIDIA_PHASES[0], {"steps": 10, "peak_learning_rate": 1.0}]),
+            lambda: MultiPhaseSchedule(
+                [NVIDIA_PHASES[0], {"steps": 10, "peak_learning_rate": 1.0}]
+            ),
             "phases[1] must have keys ('steps', 'peak_learning_rate', 'warmup_steps') and may have "
             "('end_learning_rate', 'power'); missing ['warmup_steps'], unknown []",
         ),
@@ -362,7 +382,28 @@ def test_legw_scales_rate_by_sqrt_and_warmup_epochs_linearly():
             "unknown ['lr']",
         ),
         (
-            lambda: MultiPhaseSchedule([{"steps": 10, "peak_learning_rate": "6e-3", "warmup_steps": 1}]),
+            lambda: scale_learning_rate(0.1, 256, 1024, rule="cubic"),
+            "rule must be one of ['sqrt', 'linear'], got 'cubic'",
+        ),
+        (lambda: scale_learning_rate(0.1, 0, 1024), "base_batch_size must be in (0, inf], got 0"),
+        (lambda: scale_learning_rate(0.1, 256, -1), "batch_size must be in (0, inf], got -1"),
+        (lambda: legw_scale(0.1, -2, 256, 1024), "base_warmup_epochs must be in [0, inf], got -2"),
+    ],
+)
+def test_bad_input_names_the_value(build, message):
+    with pytest.raises(ValueError) as error:
+        build()
+    assert message in str(error.value)
+
+
+# Wrong types raise TypeError, as in the optimizers (they raised ValueError before).
+@pytest.mark.parametrize(
+    "build, message",
+    [
+        (
+            lambda: MultiPhaseSchedule(
+                [{"steps": 10, "peak_learning_rate": "6e-3", "warmup_steps": 1}]
+            ),
             "phases[0]: peak_learning_rate must be a number, got '6e-3' of type str "
             "(in YAML, write 6e-3 as 6.0e-3)",
         ),
@@ -371,17 +412,33 @@ def test_legw_scales_rate_by_sqrt_and_warmup_epochs_linearly():
             "total_steps must be a number",
         ),
         (lambda: MultiPhaseSchedule(None), "phases must be a non-empty list of dicts, got None"),
-        (lambda: WarmUp("0.5", warmup_steps=10), "after_warmup must be a number, got '0.5' of type str"),
         (
-            lambda: scale_learning_rate(0.1, 256, 1024, rule="cubic"),
-            'rule must be "sqrt" or "linear", got \'cubic\'',
+            lambda: WarmUp("0.5", warmup_steps=10),
+            "after_warmup must be a number, got '0.5' of type str",
         ),
-        (lambda: scale_learning_rate(0.1, 0, 1024), "base_batch_size must be > 0, got 0"),
-        (lambda: scale_learning_rate(0.1, 256, -1), "batch_size must be > 0, got -1"),
-        (lambda: legw_scale(0.1, -2, 256, 1024), "base_warmup_epochs must be >= 0, got -2"),
+        (
+            lambda: WarmupPolynomialDecay(
+                peak_learning_rate="6e-3", total_steps=10, warmup_steps=1
+            ),
+            "peak_learning_rate must be a number, got '6e-3' of type str",
+        ),
+        (lambda: MultiPhaseSchedule([7]), "phases[0] must be a dict"),
     ],
 )
-def test_bad_input_names_the_value(build, message):
-    with pytest.raises(ValueError) as error:
+def test_wrong_types_raise_type_error(build, message):
+    with pytest.raises(TypeError) as error:
         build()
     assert message in str(error.value)
+
+
+def test_a_string_rate_is_the_same_error_for_schedules_and_optimizers():
+    from keras_largebatch import LAMB
+
+    for build in (
+        lambda: LAMB(learning_rate="6e-3"),
+        lambda: WarmupPolynomialDecay(peak_learning_rate="6e-3", total_steps=10, warmup_steps=1),
+    ):
+        with pytest.raises(
+            TypeError, match=r"got '6e-3' of type str \(in YAML, write 6e-3 as 6.0e-3\)"
+        ):
+            build()

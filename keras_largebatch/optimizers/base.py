@@ -6,7 +6,8 @@ the batch, before the cross-replica sum, and its gradient accumulation calls `me
 inside a `cond`, which `tf.distribute.MirroredStrategy` rejects. A layer-wise trust ratio is
 only right on the gradient of the whole global batch, so this base class reorders the step:
 
-1. sum the gradients over replicas (TensorFlow, inside a replica context);
+1. sum the gradients over replicas (TensorFlow, inside a replica context; the
+   TensorFlow-only code is in `_tensorflow.py`);
 2. with ``gradient_accumulation_steps = k``: add them to the accumulators and use the mean
    of the k micro-batch gradients;
 3. clip (``clipnorm``, ``clipvalue``, ``global_clipnorm``) the global-batch gradient;
@@ -18,49 +19,40 @@ The learning-rate schedule and the bias correction see the optimizer step count
 
 On more than one replica, a step whose summed gradient is not finite (inf or NaN) is
 skipped: weights, slots, accumulators, recorded trust ratios and the step count keep their
-values on every replica (with ``use_ema``, the moving average still takes its step). `keras.optimizers.LossScaleOptimizer` makes that decision from
-replica 0's own gradient only, so without this check an overflow on another replica would
-reach the weights of all of them. The loss scale itself is still LossScaleOptimizer's: it
-is not halved when only a replica other than 0 overflowed.
+values on every replica (with ``use_ema``, the moving average still takes its step).
+`keras.optimizers.LossScaleOptimizer` makes that decision from replica 0's own gradient
+only, so without this check an overflow on another replica would reach the weights of all
+of them. The loss scale itself is still LossScaleOptimizer's: it is not halved when only a
+replica other than 0 overflowed.
 """
-
-import math
-import numbers
 
 import keras
 from keras import ops
 
+from keras_largebatch._checks import (
+    check_bool,
+    check_number,
+    check_optional_integer,
+    is_number,
+    type_error,
+)
 from keras_largebatch.optimizers.trust_ratio import ExclusionRule
-
-
-def check_number(argument, value, *, low=None, high=None, low_open=False, high_open=False):
-    """Raise unless ``value`` is a finite real number in the given interval.
-
-    The message names the argument, the value and the allowed interval, e.g.
-    ``beta_1 must be in [0, 1), got 1.5``.
-    """
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise TypeError(f"{argument} must be a number, got {value!r} of type {type(value).__name__}")
-    left = "(" if low_open else "["
-    right = ")" if high_open else "]"
-    interval = f"{left}{'-inf' if low is None else low}, {'inf' if high is None else high}{right}"
-    too_low = low is not None and (value <= low if low_open else value < low)
-    too_high = high is not None and (value >= high if high_open else value > high)
-    if not math.isfinite(value) or too_low or too_high:
-        raise ValueError(f"{argument} must be in {interval}, got {value!r}")
 
 
 def _check_learning_rate(learning_rate):
     # A negative or NaN rate would otherwise only show up as a diverged run, and a string
     # (YAML reads "6e-3" as one) as an obscure failure inside the first step.
-    if isinstance(learning_rate, numbers.Real) and not isinstance(learning_rate, bool):
+    if is_number(learning_rate):
         check_number("learning_rate", learning_rate, low=0.0)
     elif isinstance(learning_rate, (str, bool)) or not (
-        callable(learning_rate) or isinstance(learning_rate, keras.Variable) or keras.ops.is_tensor(learning_rate)
+        callable(learning_rate)
+        or isinstance(learning_rate, keras.Variable)
+        or ops.is_tensor(learning_rate)
     ):
-        raise TypeError(
-            "learning_rate must be a number >= 0, a LearningRateSchedule, a callable or a variable, "
-            f"got {learning_rate!r} of type {type(learning_rate).__name__}"
+        raise type_error(
+            "learning_rate",
+            learning_rate,
+            "a number >= 0, a LearningRateSchedule, a callable or a variable",
         )
 
 
@@ -80,18 +72,10 @@ def _check_trust_ratio_bounds(min_trust_ratio, max_trust_ratio):
         )
 
 
-def _check_accumulation_steps(steps):
-    if steps is None:
-        return None
-    if isinstance(steps, bool) or not isinstance(steps, numbers.Integral):
-        raise TypeError(
-            "gradient_accumulation_steps must be an integer >= 1 or None, got "
-            f"{steps!r} of type {type(steps).__name__}"
-        )
-    if steps < 1:
-        raise ValueError(f"gradient_accumulation_steps must be an integer >= 1 or None, got {steps}")
+def _accumulation_steps(steps):
+    steps = check_optional_integer("gradient_accumulation_steps", steps, low=1)
     # One micro-batch per step is no accumulation; Keras itself rejects 1.
-    return int(steps) if steps > 1 else None
+    return steps if steps is not None and steps > 1 else None
 
 
 class LayerwiseAdaptiveOptimizer(keras.optimizers.Optimizer):
@@ -124,8 +108,7 @@ class LayerwiseAdaptiveOptimizer(keras.optimizers.Optimizer):
         _check_learning_rate(learning_rate)
         check_number("weight_decay", weight_decay, low=0.0)
         _check_trust_ratio_bounds(min_trust_ratio, max_trust_ratio)
-        if not isinstance(record_trust_ratio, bool):
-            raise TypeError(f"record_trust_ratio must be a bool, got {record_trust_ratio!r}")
+        check_bool("record_trust_ratio", record_trust_ratio)
         for argument, value in (
             ("clipnorm", clipnorm),
             ("clipvalue", clipvalue),
@@ -143,11 +126,13 @@ class LayerwiseAdaptiveOptimizer(keras.optimizers.Optimizer):
             ema_momentum=ema_momentum,
             ema_overwrite_frequency=ema_overwrite_frequency,
             loss_scale_factor=loss_scale_factor,
-            gradient_accumulation_steps=_check_accumulation_steps(gradient_accumulation_steps),
+            gradient_accumulation_steps=_accumulation_steps(gradient_accumulation_steps),
             name=name,
             **kwargs,
         )
-        self._weight_decay_rule = ExclusionRule(exclude_from_weight_decay, "exclude_from_weight_decay")
+        self._weight_decay_rule = ExclusionRule(
+            exclude_from_weight_decay, "exclude_from_weight_decay"
+        )
         self._layer_adaptation_rule = ExclusionRule(
             exclude_from_layer_adaptation, "exclude_from_layer_adaptation"
         )
@@ -166,7 +151,9 @@ class LayerwiseAdaptiveOptimizer(keras.optimizers.Optimizer):
             and not self._weight_decay_rule.excludes(variable)
             for variable in variables
         ]
-        self._adapt_mask = [not self._layer_adaptation_rule.excludes(variable) for variable in variables]
+        self._adapt_mask = [
+            not self._layer_adaptation_rule.excludes(variable) for variable in variables
+        ]
         self._trust_ratio_records = None
         if self.record_trust_ratio:
             self._trust_ratio_records = [
@@ -217,21 +204,12 @@ class LayerwiseAdaptiveOptimizer(keras.optimizers.Optimizer):
         return
 
     def _backend_apply_gradients(self, grads, trainable_variables):
-        grads = _densify(grads)
-        context = _multi_replica_context()
-        finite = None
-        if context is not None:
-            grads = context.all_reduce("SUM", list(grads))
-            # LossScaleOptimizer checks replica 0's unreduced gradient; the sum is what
-            # every replica applies, so it is the one that must be finite.
-            finite = _all_finite(grads)
-            # Keras's `apply` adds 1 to the micro-step counter after this method returns.
-            self._iterations.assign_sub(ops.cast(ops.logical_not(finite), self._iterations.dtype))
-        micro_step = _read_after_gradients(self._iterations, grads)
+        grads, finite, micro_step = self._reduce(grads)
         steps = self.gradient_accumulation_steps
         if steps:
             accumulators = [
-                self._accumulated_gradients[self._get_variable_index(v)] for v in trainable_variables
+                self._accumulated_gradients[self._get_variable_index(v)]
+                for v in trainable_variables
             ]
             totals = [ops.add(a, ops.cast(g, a.dtype)) for a, g in zip(accumulators, grads)]
             grads = [ops.divide(t, steps) for t in totals]
@@ -243,14 +221,22 @@ class LayerwiseAdaptiveOptimizer(keras.optimizers.Optimizer):
             def step(variable, grad, learning_rate, finite):
                 _if_finite(finite, lambda: self.update_step(grad, variable, learning_rate))
 
-            _for_each_variable(self, step, trainable_variables, [grads], shared=(learning_rate, finite))
+            _for_each_variable(
+                self, step, trainable_variables, [grads], shared=(learning_rate, finite)
+            )
         elif keras.backend.backend() == "jax":
             self._accumulate_without_branches(
                 grads, trainable_variables, learning_rate, totals, accumulators, is_update_step
             )
         else:
             self._accumulate_with_cond(
-                grads, trainable_variables, learning_rate, totals, accumulators, is_update_step, finite
+                grads,
+                trainable_variables,
+                learning_rate,
+                totals,
+                accumulators,
+                is_update_step,
+                finite,
             )
         if self.use_ema:
             self._update_model_variables_moving_average(self._trainable_variables)
@@ -272,6 +258,33 @@ class LayerwiseAdaptiveOptimizer(keras.optimizers.Optimizer):
                         lambda: None,
                     )
 
+    def _reduce(self, grads):
+        """The global-batch gradients, whether they are finite, and the micro-step counter.
+
+        On TensorFlow each replica holds the gradient of its own share of the batch: the
+        gradients are summed over replicas, and ``finite`` says whether that sum holds no inf
+        or NaN (None on one replica, where nothing is summed and Keras's `LossScaleOptimizer`
+        already checks the gradient every replica applies). JAX's `DataParallel` and a single
+        device already produce the global-batch gradient.
+        """
+        if keras.backend.backend() != "tensorflow":
+            # Sparse embedding gradients (JAX's BCOO) are made dense, as on TensorFlow: the
+            # second moment, the norms and the clip factor are functions of the summed rows.
+            return [ops.convert_to_tensor(g, sparse=False) for g in grads], None, self._iterations
+        from keras_largebatch.optimizers import _tensorflow
+
+        grads = _tensorflow.densify(grads)
+        finite = None
+        context = _tensorflow.multi_replica_context()
+        if context is not None:
+            grads = context.all_reduce("SUM", list(grads))
+            # LossScaleOptimizer checks replica 0's unreduced gradient; the sum is what every
+            # replica applies, so it is the one that must be finite.
+            finite = _all_finite(grads)
+            # Keras's `apply` adds 1 to the micro-step counter after this method returns.
+            self._iterations.assign_sub(ops.cast(ops.logical_not(finite), self._iterations.dtype))
+        return grads, finite, _tensorflow.read_after(self._iterations, grads)
+
     def _accumulate_with_cond(
         self, grads, variables, learning_rate, totals, accumulators, is_update_step, finite
     ):
@@ -279,13 +292,16 @@ class LayerwiseAdaptiveOptimizer(keras.optimizers.Optimizer):
         # `cond` holds no `merge_call`: this is what lets accumulation run under
         # MirroredStrategy.
 
-        def step_or_accumulate(variable, grad, total, accumulator, learning_rate, is_update_step, finite):
+        def step_or_accumulate(
+            variable, grad, total, accumulator, learning_rate, is_update_step, finite
+        ):
             def update():
                 self.update_step(grad, variable, learning_rate)
                 self.assign(accumulator, ops.zeros_like(total))
 
             _if_finite(
-                finite, lambda: ops.cond(is_update_step, update, lambda: self.assign(accumulator, total))
+                finite,
+                lambda: ops.cond(is_update_step, update, lambda: self.assign(accumulator, total)),
             )
 
         _for_each_variable(
@@ -296,7 +312,9 @@ class LayerwiseAdaptiveOptimizer(keras.optimizers.Optimizer):
             shared=(learning_rate, is_update_step, finite),
         )
 
-    def _accumulate_without_branches(self, grads, variables, learning_rate, totals, accumulators, is_update_step):
+    def _accumulate_without_branches(
+        self, grads, variables, learning_rate, totals, accumulators, is_update_step
+    ):
         # JAX traces both branches of a cond with stateless variables, so compute the update
         # and keep it or the old values with `where`.
         state = list(variables) + [v for v in self.variables if v is not self._iterations]
@@ -330,58 +348,9 @@ class LayerwiseAdaptiveOptimizer(keras.optimizers.Optimizer):
         return super().from_config(config, custom_objects=custom_objects)
 
 
-def _multi_replica_context():
-    """The TF replica context when each replica holds its own share of the gradient, else None.
-
-    The gradients must then be summed over replicas. JAX's `DataParallel` and a single
-    device already produce the global-batch gradient.
-    """
-    if keras.backend.backend() != "tensorflow":
-        return None
-    import tensorflow as tf
-
-    context = tf.distribute.get_replica_context()
-    if context is None or context.num_replicas_in_sync == 1:
-        return None
-    return context
-
-
-def _densify(grads):
-    """Embedding gradients arrive sparse (`tf.IndexedSlices` on TF, `BCOO` on JAX), and their
-    rows may repeat (a row per occurrence of a token). The second moment, the norms and the clip
-    factor are functions of the summed rows, so they are computed on the dense gradient;
-    squaring the slices instead (as Keras's Adam does) gets them wrong whenever a row repeats.
-    """
-    if keras.backend.backend() != "tensorflow":
-        return [ops.convert_to_tensor(g, sparse=False) for g in grads]
-    import tensorflow as tf
-
-    return [tf.convert_to_tensor(g) if isinstance(g, tf.IndexedSlices) else g for g in grads]
-
-
 def _all_finite(grads):
     """True if no gradient holds an inf or NaN."""
     return ops.all(ops.stack([ops.all(ops.isfinite(g)) for g in grads]))
-
-
-def _read_after_gradients(counter, grads):
-    """The value of the micro-step ``counter``, read once the gradients exist.
-
-    `fit` ends an epoch over data of unknown length (e.g. filtered TFRecords) by calling its
-    train function on the exhausted iterator, whose `get_next` fails. Inside that
-    `tf.function`, ops that do not depend on the batch could still run first: Keras's
-    increment of this counter (one extra micro-step per epoch for LARS and for LAMB without
-    bias correction, as for Keras's own SGD) and, on an update micro-step, the accumulator
-    reset to zeros. Automatic control dependencies run the later increment after this read,
-    and the accumulation `cond`s take their branch from it, so both now wait for the batch.
-    Eager execution and JAX run in order anyway.
-    """
-    if keras.backend.backend() != "tensorflow":
-        return counter
-    import tensorflow as tf
-
-    with tf.control_dependencies(grads):
-        return counter.value.read_value()
 
 
 def _if_finite(finite, update):
@@ -396,23 +365,13 @@ def _for_each_variable(optimizer, fn, variables, columns, shared=()):
     """Run ``fn(variable, *[column[i] for column in columns], *shared)`` for each variable.
 
     ``columns`` are per-variable lists (gradients, accumulator totals, ...), ``shared`` the
-    values every call sees (learning rate, update-step flag). On TensorFlow this goes through
-    the strategy's ``extended.update`` (from a `merge_call` when in a replica context), which
-    runs ``fn`` once per device on that device's copy of the variable with that device's
-    values, as Keras's own TF optimizer does.
+    values every call sees (learning rate, update-step flag). On TensorFlow each call runs
+    once per device, on that device's copy of the variable.
     """
-    if keras.backend.backend() != "tensorflow":
-        for i, variable in enumerate(variables):
-            fn(variable, *[column[i] for column in columns], *shared)
+    if keras.backend.backend() == "tensorflow":
+        from keras_largebatch.optimizers import _tensorflow
+
+        _tensorflow.update_per_device(optimizer, fn, variables, columns, shared)
         return
-    import tensorflow as tf
-
-    def update_on_devices(distribution, columns, shared):
-        for i, variable in enumerate(variables):
-            tf_variable = variable.value if isinstance(variable, keras.Variable) else variable
-            args = tuple(column[i] for column in columns) + tuple(shared)
-            distribution.extended.update(tf_variable, fn, args=args, group=False)
-
-    tf.__internal__.distribute.interim.maybe_merge_call(
-        update_on_devices, optimizer._distribution_strategy, [list(c) for c in columns], tuple(shared)
-    )
+    for i, variable in enumerate(variables):
+        fn(variable, *[column[i] for column in columns], *shared)

@@ -3,7 +3,8 @@
 import keras
 from keras import ops
 
-from keras_largebatch.optimizers.base import LayerwiseAdaptiveOptimizer, check_number
+from keras_largebatch._checks import check_bool, check_number
+from keras_largebatch.optimizers.base import LayerwiseAdaptiveOptimizer
 from keras_largebatch.optimizers.trust_ratio import l2_norm, trust_ratio
 
 
@@ -35,9 +36,10 @@ class LAMB(LayerwiseAdaptiveOptimizer):
             ``0.0``; BERT pretraining uses ``0.01``.
         bias_correction: divide the moments by ``1 - beta**t``. Defaults to ``True``; the
             google-research/bert optimizer runs without it.
-        exclude_from_weight_decay: ``None`` (default: rank-0/1 variables, i.e. biases and
-            normalization parameters, are excluded), a list of regular expressions searched
-            in ``variable.path``, or a callable ``variable -> bool``. ``[]`` excludes nothing.
+        exclude_from_weight_decay: ``None`` (default: biases and normalization parameters are
+            excluded: rank-0/1 variables, and variables named ``bias`` of any rank, such as
+            keras-hub's attention biases), a list of regular expressions searched in
+            ``variable.path``, or a callable ``variable -> bool``. ``[]`` excludes nothing.
         exclude_from_layer_adaptation: the same rules for the trust ratio (excluded
             variables use a ratio of 1). Defaults to ``None``.
         min_trust_ratio: lower clamp on the trust ratio, or ``None`` (default).
@@ -85,8 +87,7 @@ class LAMB(LayerwiseAdaptiveOptimizer):
         check_number("beta_1", beta_1, low=0.0, high=1.0, high_open=True)
         check_number("beta_2", beta_2, low=0.0, high=1.0, high_open=True)
         check_number("epsilon", epsilon, low=0.0)
-        if not isinstance(bias_correction, bool):
-            raise TypeError(f"bias_correction must be a bool, got {bias_correction!r}")
+        check_bool("bias_correction", bias_correction)
         super().__init__(
             learning_rate=learning_rate,
             weight_decay=weight_decay,
@@ -115,7 +116,9 @@ class LAMB(LayerwiseAdaptiveOptimizer):
         if self.built:
             return
         super().build(var_list)
-        self._momentums, self._velocities = self.add_optimizer_variables(var_list, ["momentum", "velocity"])
+        self._momentums, self._velocities = self.add_optimizer_variables(
+            var_list, ["momentum", "velocity"]
+        )
 
     def update_step(self, gradient, variable, learning_rate):
         index = self._get_variable_index(variable)
@@ -131,7 +134,9 @@ class LAMB(LayerwiseAdaptiveOptimizer):
             # The corrections fold into two scalars: r = m * c1 / (sqrt(v) * c2 + eps).
             step = ops.cast(self.iterations + 1, dtype)
             inverse_correction_1 = 1.0 / (1.0 - ops.power(ops.cast(self.beta_1, dtype), step))
-            inverse_sqrt_correction_2 = ops.rsqrt(1.0 - ops.power(ops.cast(self.beta_2, dtype), step))
+            inverse_sqrt_correction_2 = ops.rsqrt(
+                1.0 - ops.power(ops.cast(self.beta_2, dtype), step)
+            )
             update = ops.divide(
                 ops.multiply(m, inverse_correction_1),
                 ops.add(ops.multiply(ops.sqrt(v), inverse_sqrt_correction_2), self.epsilon),

@@ -3,7 +3,8 @@
 import keras
 from keras import ops
 
-from keras_largebatch.optimizers.base import LayerwiseAdaptiveOptimizer, check_number
+from keras_largebatch._checks import check_bool, check_number
+from keras_largebatch.optimizers.base import LayerwiseAdaptiveOptimizer
 from keras_largebatch.optimizers.trust_ratio import l2_norm, trust_ratio
 
 
@@ -30,14 +31,15 @@ class LARS(LayerwiseAdaptiveOptimizer):
         learning_rate: float, `LearningRateSchedule` or callable. Defaults to ``1.0``
             (MLPerf uses a base rate near 20 at batch 32K with trust_coefficient 0.001).
         momentum: momentum in [0, 1). Defaults to ``0.9`` (0.94-0.95 at batch 32K+).
-        trust_coefficient: eta, >= 0. Defaults to ``0.001``.
+        trust_coefficient: eta, > 0. Defaults to ``0.001``.
         epsilon: added to the trust-ratio denominator, >= 0. Defaults to ``0.0`` (MLPerf).
         weight_decay: decay rate added to the gradient, >= 0. Defaults to ``0.0``.
         nesterov: Nesterov momentum. Defaults to ``False``.
         clip: LARC's clip mode, ``trust = min(trust / learning_rate, 1)``, so that the
             local rate never exceeds the global one (NVIDIA apex LARC). Defaults to ``False``.
-        exclude_from_weight_decay: ``None`` (default: rank-0/1 variables, i.e. biases and
-            batch-norm parameters, are excluded), a list of regular expressions searched in
+        exclude_from_weight_decay: ``None`` (default: biases and batch-norm parameters are
+            excluded: rank-0/1 variables, and variables named ``bias`` of any rank, such as
+            keras-hub's attention biases), a list of regular expressions searched in
             ``variable.path``, or a callable ``variable -> bool``. ``[]`` excludes nothing.
         exclude_from_layer_adaptation: the same rules for the trust ratio. Defaults to
             ``None``.
@@ -83,11 +85,12 @@ class LARS(LayerwiseAdaptiveOptimizer):
         **kwargs,
     ):
         check_number("momentum", momentum, low=0.0, high=1.0, high_open=True)
-        check_number("trust_coefficient", trust_coefficient, low=0.0)
+        # A coefficient of 0 would make every adapted variable's step 0: the run would
+        # train only the excluded variables, without a word.
+        check_number("trust_coefficient", trust_coefficient, low=0.0, low_open=True)
         check_number("epsilon", epsilon, low=0.0)
-        for argument, value in (("nesterov", nesterov), ("clip", clip)):
-            if not isinstance(value, bool):
-                raise TypeError(f"{argument} must be a bool, got {value!r}")
+        check_bool("nesterov", nesterov)
+        check_bool("clip", clip)
         super().__init__(
             learning_rate=learning_rate,
             weight_decay=weight_decay,
@@ -119,6 +122,15 @@ class LARS(LayerwiseAdaptiveOptimizer):
         super().build(var_list)
         self._velocities = self.add_optimizer_variables(var_list, "velocity")
 
+    @property
+    def velocities(self):
+        """The momentum buffer of each variable, in the order `build` was given them.
+
+        Each holds ``-v`` of the class docstring, learning rate included, so rescaling it by
+        ``new_rate / old_rate`` is Goyal et al.'s momentum correction. Empty before `build`.
+        """
+        return list(self._velocities) if self.built else []
+
     def update_step(self, gradient, variable, learning_rate):
         velocity = self._velocities[self._get_variable_index(variable)]
         dtype = variable.dtype
@@ -128,7 +140,9 @@ class LARS(LayerwiseAdaptiveOptimizer):
 
         direction = gradient
         if decays:
-            direction = ops.add(gradient, ops.multiply(variable, ops.cast(self.weight_decay, dtype)))
+            direction = ops.add(
+                gradient, ops.multiply(variable, ops.cast(self.weight_decay, dtype))
+            )
         if self._adapts(variable):
             weight_norm = l2_norm(variable)
             gradient_norm = l2_norm(gradient)
@@ -147,7 +161,9 @@ class LARS(LayerwiseAdaptiveOptimizer):
                 # As in NVIDIA apex's LARC, only a defined ratio is clipped: a variable with a
                 # zero norm keeps the fallback of 1 and takes the plain step.
                 rate = ops.cast(learning_rate, "float32")
-                defined = ops.logical_and(ops.greater(weight_norm, 0.0), ops.greater(gradient_norm, 0.0))
+                defined = ops.logical_and(
+                    ops.greater(weight_norm, 0.0), ops.greater(gradient_norm, 0.0)
+                )
                 clipped = ops.minimum(ratio / ops.where(ops.greater(rate, 0.0), rate, 1.0), 1.0)
                 ratio = ops.where(ops.logical_and(defined, ops.greater(rate, 0.0)), clipped, ratio)
             self._record_trust_ratio(variable, ratio)
@@ -172,29 +188,21 @@ class LARS(LayerwiseAdaptiveOptimizer):
 
 
 def _momentum_step(optimizer, variable, velocity, direction, step_size, momentum, nesterov):
-    """``m = momentum * m - step_size * direction``; ``w += m`` (Nesterov: ``w += momentum * m - step_size * direction``).
+    """``m = momentum * m - step_size * direction``; ``w += m`` (Nesterov:
+    ``w += momentum * m - step_size * direction``).
 
-    ``m`` is minus the velocity of the class docstring. On TensorFlow this is the fused
-    ``ResourceApplyKerasMomentum`` kernel (one pass over w, m and the direction, also under XLA);
-    elsewhere the same arithmetic in `keras.ops`.
+    ``m`` is minus the velocity of the class docstring. On TensorFlow this is one fused kernel.
     """
     if keras.backend.backend() == "tensorflow":
-        import tensorflow as tf
+        from keras_largebatch.optimizers import _tensorflow
 
-        momentum_buffer = velocity.value if isinstance(velocity, keras.Variable) else velocity
-        weights = variable.value if isinstance(variable, keras.Variable) else variable
-        tf.raw_ops.ResourceApplyKerasMomentum(
-            var=weights.handle,
-            accum=momentum_buffer.handle,
-            lr=step_size,
-            grad=direction,
-            momentum=ops.cast(momentum, variable.dtype),
-            use_nesterov=nesterov,
-        )
+        _tensorflow.momentum_step(variable, velocity, direction, step_size, momentum, nesterov)
         return
     scaled_direction = ops.multiply(direction, step_size)
     optimizer.assign(velocity, ops.subtract(ops.multiply(velocity, momentum), scaled_direction))
     if nesterov:
-        optimizer.assign_add(variable, ops.subtract(ops.multiply(velocity, momentum), scaled_direction))
+        optimizer.assign_add(
+            variable, ops.subtract(ops.multiply(velocity, momentum), scaled_direction)
+        )
     else:
         optimizer.assign_add(variable, velocity)

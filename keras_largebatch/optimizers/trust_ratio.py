@@ -20,15 +20,13 @@ def l2_norm(x):
     """Euclidean norm of all elements of ``x``, accumulated in float32.
 
     Accumulating in float32 keeps float16/bfloat16 variables from overflowing or losing the
-    small terms of the sum. On TensorFlow, `tf.nn.l2_loss` computes ``sum(x**2) / 2`` in one
-    fused kernel: 7x faster than square-then-sum on CPU without XLA and 1.25x with XLA
-    (one 30522x768 embedding table, TF 2.21 on 2 CPU cores).
+    small terms of the sum. TensorFlow computes it with one fused kernel.
     """
     x = ops.cast(x, "float32")
     if keras.backend.backend() == "tensorflow":
-        import tensorflow as tf
+        from keras_largebatch.optimizers import _tensorflow
 
-        return ops.sqrt(2.0 * tf.nn.l2_loss(x))
+        return _tensorflow.l2_norm(x)
     return ops.sqrt(ops.sum(ops.square(x)))
 
 
@@ -76,8 +74,15 @@ def trust_ratio(
 
 
 def _default_exclusion(variable):
-    """Rank-0 and rank-1 variables: biases, and normalization scales and offsets."""
-    return len(variable.shape) <= 1
+    """Biases, and normalization scales and offsets: what the BERT and MLPerf references
+    leave out of weight decay and layer adaptation.
+
+    Rank-0 and rank-1 variables, and every variable named ``bias`` whatever its rank:
+    keras-hub's attention layers (`EinsumDense`) hold their query/key/value biases as
+    rank-2 ``(heads, head_dim)`` variables, which google-research/bert, NVIDIA's LAMB and
+    TF Model Garden all exclude (they match "bias" in the name).
+    """
+    return len(variable.shape) <= 1 or variable.name == "bias" or variable.path.endswith("/bias")
 
 
 class ExclusionRule:
@@ -86,10 +91,11 @@ class ExclusionRule:
     ``spec`` is one of:
 
     * ``None``: the default rule, which excludes rank-0 and rank-1 variables (biases,
-      LayerNorm/BatchNorm gamma and beta) and keeps every matrix, kernel and embedding;
+      LayerNorm/BatchNorm gamma and beta) and every variable named ``bias`` of any rank
+      (keras-hub's rank-2 attention biases), and keeps every kernel and embedding;
     * a list (or tuple) of regular expressions, searched (``re.search``) in the variable's
-      full path, e.g. ``"layer_norm"`` matches ``transformer_layer_0/self_attention_layer_norm/gamma``.
-      ``[]`` excludes nothing;
+      full path, e.g. ``"layer_norm"`` matches
+      ``transformer_layer_0/self_attention_layer_norm/gamma``. ``[]`` excludes nothing;
     * a callable taking the variable and returning True to exclude it. To survive
       `get_config` / `model.save`, register it with
       ``@keras.saving.register_keras_serializable()``.

@@ -1,4 +1,9 @@
-"""NumPy transcriptions of the LAMB and LARS equations (REFERENCE.md sections 1 and 2).
+"""NumPy transcriptions of the LAMB and LARS equations.
+
+LAMB: You et al., "Large Batch Optimization for Deep Learning: Training BERT in 76 minutes",
+ICLR 2020, arXiv:1904.00962 (Algorithm 2). LARS: You, Gitman, Ginsburg, "Large Batch Training
+of Convolutional Networks", arXiv:1708.03888, in the form of the MLPerf ResNet-50 reference
+(tensorflow/tpu `lars_optimizer.py`), with NVIDIA apex's LARC clip.
 
 Written from the papers' equations, in float64, one variable at a time, without sharing
 any code with the package: the tests compare the optimizers against these.

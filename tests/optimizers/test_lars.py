@@ -11,17 +11,34 @@ ALL = dict(exclude_from_weight_decay=[], exclude_from_layer_adaptation=[])
 
 # eta is raised from 0.001 so that 12 steps move the weights measurably.
 CASES = {
-    "defaults": (dict(learning_rate=0.5), dict(lr=0.5, decay_mask=DEFAULT_MASK, adapt_mask=DEFAULT_MASK)),
+    "defaults": (
+        dict(learning_rate=0.5),
+        dict(lr=0.5, decay_mask=DEFAULT_MASK, adapt_mask=DEFAULT_MASK),
+    ),
     "mlperf": (
         dict(learning_rate=2.0, momentum=0.94, trust_coefficient=0.02, weight_decay=2.5e-2),
-        dict(lr=2.0, momentum=0.94, eta=0.02, wd=2.5e-2, decay_mask=DEFAULT_MASK, adapt_mask=DEFAULT_MASK),
+        dict(
+            lr=2.0,
+            momentum=0.94,
+            eta=0.02,
+            wd=2.5e-2,
+            decay_mask=DEFAULT_MASK,
+            adapt_mask=DEFAULT_MASK,
+        ),
     ),
     "adapt_everything": (
         dict(learning_rate=2.0, trust_coefficient=0.02, weight_decay=1e-2, **ALL),
         dict(lr=2.0, eta=0.02, wd=1e-2),
     ),
     "nesterov_epsilon": (
-        dict(learning_rate=2.0, trust_coefficient=0.02, epsilon=0.5, nesterov=True, weight_decay=1e-2, **ALL),
+        dict(
+            learning_rate=2.0,
+            trust_coefficient=0.02,
+            epsilon=0.5,
+            nesterov=True,
+            weight_decay=1e-2,
+            **ALL,
+        ),
         dict(lr=2.0, eta=0.02, eps=0.5, nesterov=True, wd=1e-2),
     ),
     "larc_clip": (
@@ -29,7 +46,13 @@ CASES = {
         dict(lr=0.05, eta=0.02, clip=True, wd=1e-2),
     ),
     "bounds": (
-        dict(learning_rate=2.0, trust_coefficient=0.02, min_trust_ratio=0.015, max_trust_ratio=0.025, **ALL),
+        dict(
+            learning_rate=2.0,
+            trust_coefficient=0.02,
+            min_trust_ratio=0.015,
+            max_trust_ratio=0.025,
+            **ALL,
+        ),
         dict(lr=2.0, eta=0.02, lower=0.015, upper=0.025),
     ),
     "global_clipnorm": (
@@ -45,7 +68,9 @@ def test_matches_numpy_transcription(case, compile_mode):
     ours, theirs = CASES[case]
     weights, gradient_steps = reference.make_problem(steps=12, seed=11)
     expected, expected_ratios = reference.lars(weights, gradient_steps, **theirs)
-    actual, ratios = run_optimizer(LARS(record_trust_ratio=True, **ours), weights, gradient_steps, compile_mode)
+    actual, ratios = run_optimizer(
+        LARS(record_trust_ratio=True, **ours), weights, gradient_steps, compile_mode
+    )
     assert_close(actual, expected)
     np.testing.assert_allclose(ratios, expected_ratios, rtol=1e-4)
 
@@ -76,8 +101,9 @@ def test_huge_gradients_match_the_reference():
     optimizer = LARS(learning_rate=1.0, weight_decay=1e-4, record_trust_ratio=True)
     actual, ratios = run_optimizer(optimizer, weights, gradient_steps)
     assert np.isfinite(ratios).all()
-    expected, _ = reference.lars(weights, gradient_steps, lr=1.0, wd=1e-4,
-                                 decay_mask=DEFAULT_MASK, adapt_mask=DEFAULT_MASK)
+    expected, _ = reference.lars(
+        weights, gradient_steps, lr=1.0, wd=1e-4, decay_mask=DEFAULT_MASK, adapt_mask=DEFAULT_MASK
+    )
     assert_close(actual, expected, rtol=1e-4)
 
 
@@ -126,11 +152,20 @@ def test_learning_rate_of_each_step_enters_the_velocity(compile_mode):
 def test_accumulation_equals_one_large_batch():
     k = 2
     weights, gradient_steps = reference.make_problem(steps=5 * k, seed=13)
-    optimizer = LARS(learning_rate=2.0, trust_coefficient=0.02, weight_decay=1e-2, nesterov=True,
-                     gradient_accumulation_steps=k, **ALL)
+    optimizer = LARS(
+        learning_rate=2.0,
+        trust_coefficient=0.02,
+        weight_decay=1e-2,
+        nesterov=True,
+        gradient_accumulation_steps=k,
+        **ALL,
+    )
     actual, _ = run_optimizer(optimizer, weights, gradient_steps, compile_mode="xla")
     means = [
-        [np.mean([gradient_steps[s * k + j][i] for j in range(k)], axis=0) for i in range(len(weights))]
+        [
+            np.mean([gradient_steps[s * k + j][i] for j in range(k)], axis=0)
+            for i in range(len(weights))
+        ]
         for s in range(5)
     ]
     expected, _ = reference.lars(weights, means, lr=2.0, eta=0.02, wd=1e-2, nesterov=True)
@@ -142,7 +177,26 @@ def test_matches_keras_sgd_when_nothing_is_adapted_or_decayed():
     # which gives the same weights as Keras's SGD at a constant learning rate.
     weights, gradient_steps = reference.make_problem(steps=6, seed=14)
     ours, _ = run_optimizer(
-        LARS(learning_rate=0.1, momentum=0.9, exclude_from_layer_adaptation=[".*"]), weights, gradient_steps
+        LARS(learning_rate=0.1, momentum=0.9, exclude_from_layer_adaptation=[".*"]),
+        weights,
+        gradient_steps,
     )
-    sgd, _ = run_optimizer(keras.optimizers.SGD(learning_rate=0.1, momentum=0.9), weights, gradient_steps)
+    sgd, _ = run_optimizer(
+        keras.optimizers.SGD(learning_rate=0.1, momentum=0.9), weights, gradient_steps
+    )
     assert_close(ours, sgd)
+
+
+def test_velocities_are_public_in_variable_order():
+    # What LearningRateWarmup's momentum correction rescales: -v, learning rate included.
+    variables = [
+        keras.Variable(np.ones((2, 2), np.float32), name="a"),
+        keras.Variable(np.ones((3,), np.float32), name="b"),
+    ]
+    optimizer = LARS(learning_rate=0.1)
+    assert optimizer.velocities == []
+    optimizer.build(variables)
+    optimizer.apply([np.ones((2, 2), np.float32), np.full((3,), 2.0, np.float32)], variables)
+    # a is adapted, trust = 0.001 * ||w|| / ||g|| = 0.001; b (rank 1) is excluded.
+    np.testing.assert_allclose(optimizer.velocities[0].numpy(), np.full((2, 2), -1e-4), rtol=1e-5)
+    np.testing.assert_allclose(optimizer.velocities[1].numpy(), np.full((3,), -0.2), rtol=1e-6)

@@ -31,7 +31,9 @@ def _model():
     x = keras.layers.Dense(6, bias_initializer="ones", name="dense")(x)
     x = keras.layers.LayerNormalization(beta_initializer="ones", name="layer_norm")(x)
     x = keras.layers.BatchNormalization(beta_initializer="ones", name="batch_norm")(x)
-    outputs = keras.layers.Dense(2, bias_initializer="ones", name="head")(keras.layers.GlobalAveragePooling1D()(x))
+    outputs = keras.layers.Dense(2, bias_initializer="ones", name="head")(
+        keras.layers.GlobalAveragePooling1D()(x)
+    )
     return keras.Model(inputs, outputs)
 
 
@@ -67,20 +69,32 @@ def test_default_rule_on_a_real_model():
 def test_pattern_and_callable_rules():
     model = _model()
     decayed = _adapted_and_decayed(
-        LAMB(learning_rate=0.1, weight_decay=0.5, exclude_from_weight_decay=["^head/", "norm"]), model
+        LAMB(learning_rate=0.1, weight_decay=0.5, exclude_from_weight_decay=["^head/", "norm"]),
+        model,
     )
     assert decayed == {"embedding/embeddings", "dense/kernel", "dense/bias"}
 
     model = _model()
     decayed = _adapted_and_decayed(
-        LARS(learning_rate=0.1, weight_decay=0.5, exclude_from_weight_decay=lambda v: "embedding" in v.path),
+        LARS(
+            learning_rate=0.1,
+            weight_decay=0.5,
+            exclude_from_weight_decay=lambda v: "embedding" in v.path,
+        ),
         model,
     )
-    assert "embedding/embeddings" not in decayed and "head/kernel" in decayed and "head/bias" in decayed
+    assert (
+        "embedding/embeddings" not in decayed
+        and "head/kernel" in decayed
+        and "head/bias" in decayed
+    )
 
     model = _model()
-    assert len(_adapted_and_decayed(LAMB(learning_rate=0.1, weight_decay=0.5, exclude_from_weight_decay=[]),
-                                    model)) == len(model.trainable_variables)
+    assert len(
+        _adapted_and_decayed(
+            LAMB(learning_rate=0.1, weight_decay=0.5, exclude_from_weight_decay=[]), model
+        )
+    ) == len(model.trainable_variables)
 
 
 def test_keras_exclude_from_weight_decay_still_works():
@@ -92,13 +106,21 @@ def test_keras_exclude_from_weight_decay_still_works():
     assert "embedding/embeddings" in decayed
 
 
-def test_patterns_match_keras_hub_bert_paths():
+def _tiny_keras_hub_bert():
+    """A keras-hub BertBackbone built offline, small enough for a unit test."""
     keras_hub = pytest.importorskip("keras_hub")
-    backbone = keras_hub.models.BertBackbone(
-        vocabulary_size=50, num_layers=1, num_heads=2, hidden_dim=8, intermediate_dim=16,
+    return keras_hub.models.BertBackbone(
+        vocabulary_size=100,
+        num_layers=2,
+        num_heads=2,
+        hidden_dim=32,
+        intermediate_dim=64,
         max_sequence_length=16,
     )
-    variables = backbone.trainable_variables
+
+
+def test_patterns_match_keras_hub_bert_paths():
+    variables = _tiny_keras_hub_bert().trainable_variables
     rule = ExclusionRule(["layer_norm", "bias"], "exclude_from_weight_decay")
     excluded = {v.path for v in variables if rule.excludes(v)}
     kept = {v.path for v in variables} - excluded
@@ -108,3 +130,43 @@ def test_patterns_match_keras_hub_bert_paths():
     # The short names Keras's own `exclude_from_weight_decay(var_names=...)` matches would
     # not reach the layer-norm gammas ("gamma" has no "layer_norm" in it).
     assert not any("layer_norm" in v.name for v in variables)
+
+
+def test_default_rule_excludes_every_bias_of_a_keras_hub_bert():
+    # keras-hub's EinsumDense query/key/value biases are rank 2: a rank rule alone would decay
+    # and adapt them, unlike google-research/bert, NVIDIA and TF Model Garden.
+    from tests.optimizers import reference
+
+    keras.utils.set_random_seed(0)
+    variables = _tiny_keras_hub_bert().trainable_variables
+    rng = np.random.default_rng(0)
+    for variable in variables:
+        if variable.name in ("bias", "beta"):
+            # Zero would make the trust ratio fall back to 1 whatever the rule.
+            variable.assign(rng.normal(size=variable.shape).astype(np.float32))
+    biases = [v for v in variables if v.name == "bias"]
+    assert any(len(v.shape) == 2 for v in biases)
+    excluded = [len(v.shape) <= 1 or v.name == "bias" for v in variables]
+    assert all(len(v.shape) >= 2 for v, out in zip(variables, excluded) if not out)
+    assert {v.name for v, out in zip(variables, excluded) if not out} == {"embeddings", "kernel"}
+
+    weights = [v.numpy().copy() for v in variables]
+    grads = [rng.normal(size=v.shape).astype(np.float32) for v in variables]
+    optimizer = LAMB(learning_rate=0.1, weight_decay=0.5, record_trust_ratio=True)
+    optimizer.build(variables)
+    optimizer.apply([keras.ops.convert_to_tensor(g) for g in grads], variables)
+
+    kept = [not out for out in excluded]
+    expected, (expected_ratios,) = reference.lamb(
+        weights, [grads], lr=0.1, wd=0.5, decay_mask=kept, adapt_mask=kept
+    )
+    for variable, value in zip(variables, expected):
+        np.testing.assert_allclose(variable.numpy(), value, rtol=1e-5, atol=1e-6)
+    ratios = optimizer.trust_ratios()
+    for variable, out, ratio in zip(variables, excluded, expected_ratios):
+        assert ratios[variable.path] == (1.0 if out else pytest.approx(ratio, rel=1e-4))
+    # Decaying and adapting the rank-2 biases would have moved them elsewhere.
+    adapted, _ = reference.lamb(weights, [grads], lr=0.1, wd=0.5)
+    for variable, value in zip(variables, adapted):
+        if variable.name == "bias" and len(variable.shape) == 2:
+            assert np.max(np.abs(variable.numpy() - value)) > 1e-3

@@ -1,0 +1,94 @@
+"""The TensorFlow-only half of the optimizer step, imported only on that backend.
+
+`base.py` and the optimizers call these where TensorFlow needs something the other backends
+do not: the cross-replica sum (`tf.distribute` hands each replica its own share of the
+gradient), dense embedding gradients, updates that run once per device through the
+strategy, the fused momentum kernel and the fused ``l2_loss`` norm. JAX's `DataParallel` and
+a single device already produce the global-batch gradient, and there the plain `keras.ops`
+code in the calling module is the whole step.
+"""
+
+import keras
+import tensorflow as tf
+from keras import ops
+
+
+def multi_replica_context():
+    """The replica context when each replica holds its own share of the gradient, else None.
+
+    The gradients must then be summed over replicas before anything reads them.
+    """
+    context = tf.distribute.get_replica_context()
+    if context is None or context.num_replicas_in_sync == 1:
+        return None
+    return context
+
+
+def densify(grads):
+    """Embedding gradients arrive as `tf.IndexedSlices`, whose rows may repeat (a row per
+    occurrence of a token). The second moment, the norms and the clip factor are functions of
+    the summed rows, so they are computed on the dense gradient; squaring the slices instead
+    (as Keras's Adam does) gets them wrong whenever a row repeats.
+    """
+    return [tf.convert_to_tensor(g) if isinstance(g, tf.IndexedSlices) else g for g in grads]
+
+
+def read_after(counter, grads):
+    """The value of the micro-step ``counter``, read once ``grads`` exist.
+
+    `fit` ends an epoch over data of unknown length (e.g. filtered TFRecords) by calling its
+    train function on the exhausted iterator, whose `get_next` fails. Inside that
+    `tf.function`, ops that do not depend on the batch could still run first: Keras's
+    increment of this counter (one extra micro-step per epoch for LARS and for LAMB without
+    bias correction, as for Keras's own SGD) and, on an update micro-step, the accumulator
+    reset to zeros. Automatic control dependencies run the later increment after this read,
+    and the accumulation `cond`s take their branch from it, so both now wait for the batch.
+    """
+    with tf.control_dependencies(grads):
+        return counter.value.read_value()
+
+
+def update_per_device(optimizer, fn, variables, columns, shared):
+    """Run ``fn(variable, *[column[i] for column in columns], *shared)`` on every device.
+
+    Goes through the strategy's ``extended.update`` (from a `merge_call` when in a replica
+    context), which runs ``fn`` once per device on that device's copy of the variable with
+    that device's values, as Keras's own TensorFlow optimizer does.
+    """
+
+    def update_on_devices(distribution, columns, shared):
+        for i, variable in enumerate(variables):
+            tf_variable = variable.value if isinstance(variable, keras.Variable) else variable
+            args = tuple(column[i] for column in columns) + tuple(shared)
+            distribution.extended.update(tf_variable, fn, args=args, group=False)
+
+    tf.__internal__.distribute.interim.maybe_merge_call(
+        update_on_devices,
+        optimizer._distribution_strategy,
+        [list(c) for c in columns],
+        tuple(shared),
+    )
+
+
+def momentum_step(variable, velocity, direction, step_size, momentum, nesterov):
+    """``m = momentum * m - step_size * direction``; ``w += m`` (Nesterov:
+    ``w += momentum * m - step_size * direction``), as the fused ``ResourceApplyKerasMomentum``
+    kernel: one pass over w, m and the direction, also under XLA.
+    """
+    momentum_buffer = velocity.value if isinstance(velocity, keras.Variable) else velocity
+    weights = variable.value if isinstance(variable, keras.Variable) else variable
+    tf.raw_ops.ResourceApplyKerasMomentum(
+        var=weights.handle,
+        accum=momentum_buffer.handle,
+        lr=step_size,
+        grad=direction,
+        momentum=ops.cast(momentum, variable.dtype),
+        use_nesterov=nesterov,
+    )
+
+
+def l2_norm(x):
+    """``sqrt(sum(x**2))`` of a float32 tensor through `tf.nn.l2_loss` (``sum(x**2) / 2`` in
+    one fused kernel), faster than squaring and summing, with and without XLA.
+    """
+    return ops.sqrt(2.0 * tf.nn.l2_loss(x))
