@@ -7,6 +7,9 @@ from keras_largebatch._checks import check_bool, check_number
 from keras_largebatch.optimizers.base import LayerwiseAdaptiveOptimizer
 from keras_largebatch.optimizers.trust_ratio import l2_norm, trust_ratio
 
+# Variable dtypes whose moments are kept in float32.
+LOW_PRECISION = ("float16", "bfloat16")
+
 
 @keras.saving.register_keras_serializable(package="keras_largebatch")
 class LAMB(LayerwiseAdaptiveOptimizer):
@@ -120,13 +123,31 @@ class LAMB(LayerwiseAdaptiveOptimizer):
             var_list, ["momentum", "velocity"]
         )
 
+    def add_variable_from_reference(self, reference_variable, name=None, initializer="zeros"):
+        """Slots like the variable, except that those of float16 and bfloat16 variables are
+        float32: in bfloat16, ``beta_2 = 0.999`` rounds to 1 and a second moment moves by less
+        than its precision each step; in float16, ``(1 - beta_2) * g**2`` underflows for
+        ``|g| < 8e-3``."""
+        if keras.backend.standardize_dtype(reference_variable.dtype) not in LOW_PRECISION:
+            return super().add_variable_from_reference(reference_variable, name, initializer)
+        return self.add_variable(
+            shape=reference_variable.shape,
+            initializer=initializer,
+            dtype="float32",
+            # Keras's name for a slot of this variable.
+            name=f"{reference_variable.path.replace('/', '_')}_{name or 'var'}",
+        )
+
     def update_step(self, gradient, variable, learning_rate):
         index = self._get_variable_index(variable)
         m = self._momentums[index]
         v = self._velocities[index]
-        dtype = variable.dtype
+        # The slots' dtype: the variable's, or float32 for a float16 or bfloat16 variable,
+        # whose step is then computed in float32 and rounded once, when it is applied.
+        dtype = m.dtype
         gradient = ops.cast(gradient, dtype)
         learning_rate = ops.cast(learning_rate, dtype)
+        weights = ops.cast(variable, dtype)
 
         self.assign_add(m, ops.multiply(ops.subtract(gradient, m), 1.0 - self.beta_1))
         self.assign_add(v, ops.multiply(ops.subtract(ops.square(gradient), v), 1.0 - self.beta_2))
@@ -144,11 +165,11 @@ class LAMB(LayerwiseAdaptiveOptimizer):
         else:
             update = ops.divide(m, ops.add(ops.sqrt(v), self.epsilon))
         if self._decays(variable):
-            update = ops.add(update, ops.multiply(variable, ops.cast(self.weight_decay, dtype)))
+            update = ops.add(update, ops.multiply(weights, ops.cast(self.weight_decay, dtype)))
 
         if self._adapts(variable):
             ratio = trust_ratio(
-                l2_norm(variable),
+                l2_norm(weights),
                 l2_norm(update),
                 min_trust_ratio=self.min_trust_ratio,
                 max_trust_ratio=self.max_trust_ratio,
@@ -157,7 +178,7 @@ class LAMB(LayerwiseAdaptiveOptimizer):
             step_size = ops.multiply(learning_rate, ops.cast(ratio, dtype))
         else:
             step_size = learning_rate
-        self.assign_sub(variable, ops.multiply(update, step_size))
+        self.assign_sub(variable, ops.cast(ops.multiply(update, step_size), variable.dtype))
 
     def get_config(self):
         config = super().get_config()
