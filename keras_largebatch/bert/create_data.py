@@ -11,46 +11,49 @@ The work is done by the library modules, whose public names are importable from 
 """
 
 import argparse
+import importlib
 import sys
 
-from keras_largebatch.bert import masking
-from keras_largebatch.bert import records
-from keras_largebatch.bert import vocab as vocab_lib
-from keras_largebatch.bert.instance_tasks import (  # noqa: F401 (public here too)
-    DOCUMENTS_PER_TASK,
-    PARALLEL_MIN_TOKEN_PASSES,
-    choose_num_workers,
-    default_num_workers,
-)
-from keras_largebatch.bert.instances import (  # noqa: F401
-    DEFAULT_SHORT_SEQ_PROB,
-    TOKENIZE_BATCH_SIZE,
-    Instance,
-    InstanceOptions,
-    create_instances_from_document,
-    read_documents,
-    resolve_input_files,
-    serialize_instance,
-    tokenize_documents,
-)
-from keras_largebatch.bert.masking import TokenIds, mask_tokens  # noqa: F401
-from keras_largebatch.bert.pretraining_data import (  # noqa: F401
-    DEFAULT_CORPUS_DUPE_FACTOR,
-    DEFAULT_DUPE_FACTOR,
-    DEFAULT_NUM_OUTPUT_SHARDS,
-    DEFAULT_SEED,
-    MANIFEST_FILENAME,
-    RECORD_FILE_PREFIX,
-    VOCABULARY_FILENAME,
-    PretrainingData,
-    create_default_pretraining_data,
-    create_pretraining_data,
-    record_file_names,
-)
+from keras_largebatch._logging import quiet_tensorflow_logs
+
+# Public names of the library modules, importable from here too. They are imported on first
+# use, so that `main` can quiet TensorFlow's start-up lines before anything imports it.
+_REEXPORTS = {
+    "keras_largebatch.bert.instance_tasks": (
+        "DOCUMENTS_PER_TASK", "PARALLEL_MIN_TOKEN_PASSES", "choose_num_workers",
+        "default_num_workers"),
+    "keras_largebatch.bert.instances": (
+        "DEFAULT_SHORT_SEQ_PROB", "TOKENIZE_BATCH_SIZE", "Instance", "InstanceOptions",
+        "create_instances_from_document", "read_documents", "resolve_input_files",
+        "serialize_instance", "tokenize_documents"),
+    "keras_largebatch.bert.masking": ("TokenIds", "mask_tokens"),
+    "keras_largebatch.bert.pretraining_data": (
+        "DEFAULT_CORPUS_DUPE_FACTOR", "DEFAULT_DUPE_FACTOR", "DEFAULT_NUM_OUTPUT_SHARDS",
+        "DEFAULT_SEED", "MANIFEST_FILENAME", "RECORD_FILE_PREFIX", "VOCABULARY_FILENAME",
+        "PretrainingData", "create_default_pretraining_data", "create_pretraining_data",
+        "record_file_names"),
+}
+_MODULE_OF = {name: module for module, names in _REEXPORTS.items() for name in names}
+
+
+def __getattr__(name):
+    if name not in _MODULE_OF:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(_MODULE_OF[name]), name)
 
 
 def build_parser():
     """The command-line interface of ``keras-largebatch-create-data``."""
+    from keras_largebatch.bert import masking, records
+    from keras_largebatch.bert import vocab as vocab_lib
+    from keras_largebatch.bert.instances import DEFAULT_SHORT_SEQ_PROB
+    from keras_largebatch.bert.pretraining_data import (
+        DEFAULT_CORPUS_DUPE_FACTOR,
+        DEFAULT_DUPE_FACTOR,
+        DEFAULT_NUM_OUTPUT_SHARDS,
+        DEFAULT_SEED,
+    )
+
     parser = argparse.ArgumentParser(
         prog="keras-largebatch-create-data",
         description="Write BERT pretraining TFRecords (google-research/bert schema) from text "
@@ -103,6 +106,14 @@ def build_parser():
 
 def main(argv=None):
     """Entry point of ``keras-largebatch-create-data``; returns the process exit status."""
+    quiet_tensorflow_logs()
+    from keras_largebatch.bert.pretraining_data import (
+        DEFAULT_CORPUS_DUPE_FACTOR,
+        DEFAULT_DUPE_FACTOR,
+        create_default_pretraining_data,
+        create_pretraining_data,
+    )
+
     parser = build_parser()
     args = parser.parse_args(argv)
     common = dict(
@@ -136,7 +147,7 @@ def main(argv=None):
                 dupe_factor=DEFAULT_DUPE_FACTOR if args.dupe_factor is None else args.dupe_factor,
                 **common,
             )
-    except (ValueError, FileExistsError, FileNotFoundError) as error:
+    except (TypeError, ValueError, FileExistsError, FileNotFoundError) as error:
         print(f"keras-largebatch-create-data: error: {error}", file=sys.stderr)
         return 2
     return 0

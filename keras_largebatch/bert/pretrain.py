@@ -33,18 +33,25 @@ BERT is `keras_largebatch.bert.recipe.BertPretraining`.
 
 import sys
 
-from keras_largebatch.bert import config as config_lib
-from keras_largebatch.bert.recipe import (
-    REPORTED_METRICS,
-    BertPretraining,
-    build_model,
-    build_optimizer,
-)
-from keras_largebatch.training import command, trainer
-from keras_largebatch.training.run_directory import SUMMARY_FILENAME
+from keras_largebatch._logging import quiet_tensorflow_logs
+from keras_largebatch.training import command
 
 __all__ = ["REPORTED_METRICS", "SUMMARY_FILENAME", "build_model", "build_optimizer",
            "build_parser", "main", "pretrain"]
+
+
+def __getattr__(name):
+    # Names this module has always offered, imported on first use so that `main` can quiet
+    # TensorFlow's start-up lines before anything imports it.
+    if name in ("REPORTED_METRICS", "build_model", "build_optimizer"):
+        from keras_largebatch.bert import recipe
+
+        return getattr(recipe, name)
+    if name == "SUMMARY_FILENAME":
+        from keras_largebatch.training import run_directory
+
+        return run_directory.SUMMARY_FILENAME
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def pretrain(config, callbacks=(), log=None):
@@ -69,6 +76,9 @@ def pretrain(config, callbacks=(), log=None):
             does not divide over the replicas. All are raised before any training. OSError: no
             checkpoint of the run can be read.
     """
+    from keras_largebatch.bert.recipe import BertPretraining
+    from keras_largebatch.training import trainer
+
     return trainer.train(config.validate(), BertPretraining(config), callbacks, log)
 
 
@@ -85,6 +95,9 @@ def build_parser():
 
 def main(argv=None):
     """Entry point of ``keras-largebatch-pretrain``; returns the process exit status."""
+    quiet_tensorflow_logs()
+    from keras_largebatch.bert import config as config_lib
+
     return command.run_command(build_parser(), argv, config_lib.load_config, pretrain)
 
 

@@ -16,14 +16,16 @@ over resumes, evaluation included).
 
 import sys
 
-from keras_largebatch.training import command, trainer
-from keras_largebatch.vision import config as config_lib
-from keras_largebatch.vision.recipe import ImageClassification
+from keras_largebatch._logging import quiet_tensorflow_logs
+from keras_largebatch.training import command
 
 
 def train(config, callbacks=(), log=None):
     """Runs (or resumes, or reports) the run that ``config`` (a `config.TrainConfig`)
     describes; returns its summary (`keras_largebatch.training.trainer.train`)."""
+    from keras_largebatch.training import trainer
+    from keras_largebatch.vision.recipe import ImageClassification
+
     return trainer.train(config.validate(), ImageClassification(config), callbacks, log)
 
 
@@ -40,6 +42,9 @@ def build_parser():
 
 def main(argv=None):
     """Entry point of ``keras-largebatch-train-images``; returns the process exit status."""
+    quiet_tensorflow_logs()
+    from keras_largebatch.vision import config as config_lib
+
     return command.run_command(build_parser(), argv, config_lib.load_config, train)
 
 
