@@ -82,7 +82,9 @@ def _default_exclusion(variable):
     rank-2 ``(heads, head_dim)`` variables, which google-research/bert, NVIDIA's LAMB and
     TF Model Garden all exclude (they match "bias" in the name).
     """
-    return len(variable.shape) <= 1 or variable.name == "bias" or variable.path.endswith("/bias")
+    # A plain `tf.Variable` (Keras accepts them) has a name but no path.
+    path = getattr(variable, "path", variable.name)
+    return len(variable.shape) <= 1 or variable.name == "bias" or path.endswith("/bias")
 
 
 class ExclusionRule:
