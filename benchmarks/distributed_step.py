@@ -36,26 +36,38 @@ def synthetic_batches(global_batch_size, seq_length=128, max_predictions=20, see
     count = 4 * global_batch_size
     features = {
         "token_ids": rng.integers(5, VOCABULARY_SIZE, (count, seq_length), dtype=np.int32),
-        "segment_ids": np.repeat([[0] * (seq_length // 2) + [1] * (seq_length - seq_length // 2)], count, 0)
-        .astype(np.int32),
+        "segment_ids": np.repeat(
+            [[0] * (seq_length // 2) + [1] * (seq_length - seq_length // 2)], count, 0
+        ).astype(np.int32),
         "padding_mask": np.ones((count, seq_length), np.int32),
-        "mask_positions": np.sort(rng.choice(np.arange(1, seq_length), (count, max_predictions)), axis=1)
-        .astype(np.int32),
+        "mask_positions": np.sort(
+            rng.choice(np.arange(1, seq_length), (count, max_predictions)), axis=1
+        ).astype(np.int32),
     }
     labels = {
         "masked_lm": rng.integers(5, VOCABULARY_SIZE, (count, max_predictions), dtype=np.int32),
         "next_sentence": rng.integers(0, 2, (count,), dtype=np.int32),
     }
-    weights = {"masked_lm": np.ones((count, max_predictions), np.float32), "next_sentence": np.ones((count,), np.float32)}
-    return tf.data.Dataset.from_tensor_slices((features, labels, weights)).repeat().batch(
-        global_batch_size, drop_remainder=True
+    weights = {
+        "masked_lm": np.ones((count, max_predictions), np.float32),
+        "next_sentence": np.ones((count,), np.float32),
+    }
+    return (
+        tf.data.Dataset.from_tensor_slices((features, labels, weights))
+        .repeat()
+        .batch(global_batch_size, drop_remainder=True)
     )
 
 
 def optimizer(name):
     if name == "LAMB":
-        return LAMB(1e-3, weight_decay=0.01, exclude_from_weight_decay=EXCLUDED,
-                    exclude_from_layer_adaptation=EXCLUDED, global_clipnorm=1.0)
+        return LAMB(
+            1e-3,
+            weight_decay=0.01,
+            exclude_from_weight_decay=EXCLUDED,
+            exclude_from_layer_adaptation=EXCLUDED,
+            global_clipnorm=1.0,
+        )
     adamw = keras.optimizers.AdamW(1e-3, weight_decay=0.01, global_clipnorm=1.0)
     adamw.exclude_from_weight_decay(var_names=["gamma", "beta", "bias"])
     return adamw
@@ -63,7 +75,9 @@ def optimizer(name):
 
 def make_trainer(strategy, optimizer_name, size, global_batch_size, steps):
     with strategy.scope():
-        model = BertPretrainer(bert_backbone(size, VOCABULARY_SIZE, max_sequence_length=128, dropout=0.0))
+        model = BertPretrainer(
+            bert_backbone(size, VOCABULARY_SIZE, max_sequence_length=128, dropout=0.0)
+        )
         model.compile(optimizer=optimizer(optimizer_name))
     dataset = synthetic_batches(global_batch_size)
 
@@ -77,7 +91,9 @@ def make_trainer(strategy, optimizer_name, size, global_batch_size, steps):
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--size", default="mini", help="BERT size (default mini)")
-    parser.add_argument("--global-batch-size", type=int, default=32, help="examples per step (default 32)")
+    parser.add_argument(
+        "--global-batch-size", type=int, default=32, help="examples per step (default 32)"
+    )
     parser.add_argument("--steps", type=int, default=5, help="steps per timed fit call (default 5)")
     parser.add_argument("--repeats", type=int, default=5, help="timed rounds (default 5)")
     args = parser.parse_args(argv)
@@ -85,10 +101,14 @@ def main(argv=None):
     devices = configure_logical_cpus(2)
     strategies = {
         1: tf.distribute.get_strategy(),
-        2: tf.distribute.MirroredStrategy(devices, cross_device_ops=tf.distribute.ReductionToOneDevice()),
+        2: tf.distribute.MirroredStrategy(
+            devices, cross_device_ops=tf.distribute.ReductionToOneDevice()
+        ),
     }
     trainers = {
-        (replicas, name): make_trainer(strategy, name, args.size, args.global_batch_size, args.steps)
+        (replicas, name): make_trainer(
+            strategy, name, args.size, args.global_batch_size, args.steps
+        )
         for replicas, strategy in strategies.items()
         for name in ("AdamW", "LAMB")
     }
@@ -103,7 +123,9 @@ def main(argv=None):
         "size": args.size,
         "global_batch_size": args.global_batch_size,
         "seconds_per_step": {f"{r}_replicas/{name}": s for (r, name), s in seconds.items()},
-        "lamb_over_adamw": {f"{r}_replicas": seconds[(r, "LAMB")] / seconds[(r, "AdamW")] for r in strategies},
+        "lamb_over_adamw": {
+            f"{r}_replicas": seconds[(r, "LAMB")] / seconds[(r, "AdamW")] for r in strategies
+        },
     }
     print(json.dumps(report, indent=2))
     return report

@@ -1,6 +1,7 @@
 """Image training: images/s of the ImageNet input pipeline alone against the training step.
 
-    python benchmarks/image_training.py [--num_images 512] [--batch_size 64] [--architecture resnet50]
+    python benchmarks/image_training.py [--num_images 512] [--batch_size 64]
+        [--architecture resnet50]
 
 Writes ``--num_images`` JPEGs of 256 x 320 (smooth gradients plus noise, so that they compress
 like photographs rather than flat colour) in ImageNet-format records to a temporary directory,
@@ -22,8 +23,7 @@ import tensorflow as tf
 from throughput import median_items_per_second
 
 from keras_largebatch.vision import config as config_lib
-from keras_largebatch.vision import imagenet_records
-from keras_largebatch.vision import input_pipeline
+from keras_largebatch.vision import imagenet_records, input_pipeline
 from keras_largebatch.vision.recipe import ImageClassification
 
 
@@ -39,14 +39,20 @@ def synthetic_jpeg(rng, height, width):
 def write_synthetic_records(directory, num_images, num_files, height, width, num_classes=1000):
     """Writes ``num_images`` records over ``num_files`` files; returns their glob pattern."""
     rng = np.random.default_rng(0)
-    writers = [tf.io.TFRecordWriter(os.path.join(directory, f"train-{index:05d}"))
-               for index in range(num_files)]
+    writers = [
+        tf.io.TFRecordWriter(os.path.join(directory, f"train-{index:05d}"))
+        for index in range(num_files)
+    ]
     for index in range(num_images):
         feature = {
-            imagenet_records.ENCODED_IMAGE: tf.train.Feature(bytes_list=tf.train.BytesList(
-                value=[synthetic_jpeg(rng, height, width)])),
-            imagenet_records.LABEL: tf.train.Feature(int64_list=tf.train.Int64List(
-                value=[imagenet_records.DEFAULT_LABEL_OFFSET + index % num_classes])),
+            imagenet_records.ENCODED_IMAGE: tf.train.Feature(
+                bytes_list=tf.train.BytesList(value=[synthetic_jpeg(rng, height, width)])
+            ),
+            imagenet_records.LABEL: tf.train.Feature(
+                int64_list=tf.train.Int64List(
+                    value=[imagenet_records.DEFAULT_LABEL_OFFSET + index % num_classes]
+                )
+            ),
         }
         example = tf.train.Example(features=tf.train.Features(feature=feature))
         writers[index % num_files].write(example.SerializeToString())
@@ -57,13 +63,20 @@ def write_synthetic_records(directory, num_images, num_files, height, width, num
 
 def training_images_per_second(pattern, args):
     """Images/s of `model.fit` steps of the recipe's classifier with LARS on the records."""
-    config = config_lib.load_config(overrides=[
-        "data.dataset=imagenet", f"data.train_files=['{pattern}']",
-        f"data.eval_files=['{pattern}']", f"data.num_train_examples={args.num_images}",
-        f"model.architecture={args.architecture}", "model.num_classes=1000",
-        f"model.image_size={args.image_size}", f"phases.0.global_batch_size={args.batch_size}",
-        "phases.0.warmup_epochs=0", "strategy.name=default",
-    ])
+    config = config_lib.load_config(
+        overrides=[
+            "data.dataset=imagenet",
+            f"data.train_files=['{pattern}']",
+            f"data.eval_files=['{pattern}']",
+            f"data.num_train_examples={args.num_images}",
+            f"model.architecture={args.architecture}",
+            "model.num_classes=1000",
+            f"model.image_size={args.image_size}",
+            f"phases.0.global_batch_size={args.batch_size}",
+            "phases.0.warmup_epochs=0",
+            "strategy.name=default",
+        ]
+    )
     recipe = ImageClassification(config)
     model = recipe.build_model()
     model.compile(optimizer=recipe.build_optimizer(0, model), **recipe.compile_arguments(0))
@@ -73,15 +86,15 @@ def training_images_per_second(pattern, args):
     rates = []
     for _ in range(args.train_rounds):
         start = time.perf_counter()
-        model.fit(dataset, epochs=1, steps_per_epoch=args.train_steps, verbose=0,
-                  shuffle=False)
+        model.fit(dataset, epochs=1, steps_per_epoch=args.train_steps, verbose=0, shuffle=False)
         rates.append(args.train_steps * args.batch_size / (time.perf_counter() - start))
     return sorted(rates)[len(rates) // 2]
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter
+    )
     parser.add_argument("--num_images", type=int, default=512)
     parser.add_argument("--num_files", type=int, default=8)
     parser.add_argument("--height", type=int, default=256, help="of the source JPEGs")
@@ -92,37 +105,50 @@ def main(argv=None):
     parser.add_argument("--warmup_steps", type=int, default=5)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
-    parser.add_argument("--architecture", default="resnet50",
-                        choices=["resnet18", "resnet34", "resnet50"])
+    parser.add_argument(
+        "--architecture", default="resnet50", choices=["resnet18", "resnet34", "resnet50"]
+    )
     parser.add_argument("--train_steps", type=int, default=2, help="steps per timed round")
     parser.add_argument("--train_rounds", type=int, default=3)
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory() as directory:
-        pattern = write_synthetic_records(directory, args.num_images, args.num_files,
-                                          args.height, args.width)
+        pattern = write_synthetic_records(
+            directory, args.num_images, args.num_files, args.height, args.width
+        )
         dataset = input_pipeline.make_imagenet_dataset(
-            pattern, args.image_size, args.batch_size, is_training=True, shuffle_seed=0,
-            dtype=args.dtype, shuffle_buffer_size=args.num_images)
-        rate = median_items_per_second(iter(dataset), args.batch_size, args.steps,
-                                       args.warmup_steps, args.rounds)
+            pattern,
+            args.image_size,
+            args.batch_size,
+            is_training=True,
+            shuffle_seed=0,
+            dtype=args.dtype,
+            shuffle_buffer_size=args.num_images,
+        )
+        rate = median_items_per_second(
+            iter(dataset), args.batch_size, args.steps, args.warmup_steps, args.rounds
+        )
         record_bytes = sum(os.path.getsize(path) for path in tf.io.gfile.glob(pattern))
         training = training_images_per_second(pattern, args)
-    print(json.dumps({
-        "benchmark": "image_training",
-        "pipeline_images_per_second": round(rate, 1),
-        "training_images_per_second": round(training, 1),
-        "pipeline_over_training": round(rate / training, 1),
-        "architecture": args.architecture,
-        "image_size": args.image_size,
-        "batch_size": args.batch_size,
-        "dtype": args.dtype,
-        "source_images": args.num_images,
-        "source_size": [args.height, args.width],
-        "mean_record_kilobytes": round(record_bytes / args.num_images / 1000, 1),
-        "files": args.num_files,
-        "cpu_count": os.cpu_count(),
-        "tensorflow": tf.__version__,
-    }))
+    print(
+        json.dumps(
+            {
+                "benchmark": "image_training",
+                "pipeline_images_per_second": round(rate, 1),
+                "training_images_per_second": round(training, 1),
+                "pipeline_over_training": round(rate / training, 1),
+                "architecture": args.architecture,
+                "image_size": args.image_size,
+                "batch_size": args.batch_size,
+                "dtype": args.dtype,
+                "source_images": args.num_images,
+                "source_size": [args.height, args.width],
+                "mean_record_kilobytes": round(record_bytes / args.num_images / 1000, 1),
+                "files": args.num_files,
+                "cpu_count": os.cpu_count(),
+                "tensorflow": tf.__version__,
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -12,41 +12,68 @@ import argparse
 
 from throughput import median_items_per_second
 
-from keras_largebatch.bert import create_data
-from keras_largebatch.bert import input_pipeline
+from keras_largebatch.bert import create_data, input_pipeline
 
 
-def measure_examples_per_second(record_files, batch_size, steps, warmup_steps, seq_length=128,
-                                max_predictions_per_seq=20, dynamic_masking=False,
-                                vocab_file=None):
+def measure_examples_per_second(
+    record_files,
+    batch_size,
+    steps,
+    warmup_steps,
+    seq_length=128,
+    max_predictions_per_seq=20,
+    dynamic_masking=False,
+    vocab_file=None,
+):
     """Median over 5 rounds of ``steps`` batches, after ``warmup_steps`` batches."""
     dataset = input_pipeline.make_pretraining_dataset(
-        record_files, seq_length, max_predictions_per_seq, batch_size, seed=0,
-        dynamic_masking=dynamic_masking, vocabulary=vocab_file)
+        record_files,
+        seq_length,
+        max_predictions_per_seq,
+        batch_size,
+        seed=0,
+        dynamic_masking=dynamic_masking,
+        vocabulary=vocab_file,
+    )
     return median_items_per_second(iter(dataset), batch_size, steps, warmup_steps)
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    parser.add_argument("--data_dir", default="runs/bert_default_data",
-                        help="where the default pretraining data is (or is created)")
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter
+    )
+    parser.add_argument(
+        "--data_dir",
+        default="runs/bert_default_data",
+        help="where the default pretraining data is (or is created)",
+    )
     parser.add_argument("--batch_size", type=int, default=32)
     parser.add_argument("--steps", type=int, default=500, help="batches per timed round")
     parser.add_argument("--warmup_steps", type=int, default=50)
-    parser.add_argument("--dynamic_masking", action="store_true",
-                        help="read unmasked records and mask them in the pipeline")
+    parser.add_argument(
+        "--dynamic_masking",
+        action="store_true",
+        help="read unmasked records and mask them in the pipeline",
+    )
     args = parser.parse_args(argv)
     data_dir = args.data_dir + ("-dynamic" if args.dynamic_masking else "")
     data = create_data.create_default_pretraining_data(
-        data_dir, dynamic_masking=args.dynamic_masking)
+        data_dir, dynamic_masking=args.dynamic_masking
+    )
     rate = measure_examples_per_second(
-        data.record_files, args.batch_size, args.steps, args.warmup_steps,
-        dynamic_masking=args.dynamic_masking, vocab_file=data.vocab_file)
+        data.record_files,
+        args.batch_size,
+        args.steps,
+        args.warmup_steps,
+        dynamic_masking=args.dynamic_masking,
+        vocab_file=data.vocab_file,
+    )
     masking = "dynamic" if args.dynamic_masking else "static"
-    print(f"input pipeline, seq 128, batch {args.batch_size}, {masking} masking: "
-          f"{rate:,.0f} examples/s ({data.num_examples} examples in "
-          f"{len(data.record_files)} files)")
+    print(
+        f"input pipeline, seq 128, batch {args.batch_size}, {masking} masking: "
+        f"{rate:,.0f} examples/s ({data.num_examples} examples in "
+        f"{len(data.record_files)} files)"
+    )
 
 
 if __name__ == "__main__":

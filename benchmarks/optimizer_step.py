@@ -28,8 +28,13 @@ def bert_base_shapes():
     import keras_hub
 
     backbone = keras_hub.models.BertBackbone(
-        vocabulary_size=30522, num_layers=12, num_heads=12, hidden_dim=768, intermediate_dim=3072,
-        max_sequence_length=512, num_segments=2,
+        vocabulary_size=30522,
+        num_layers=12,
+        num_heads=12,
+        hidden_dim=768,
+        intermediate_dim=3072,
+        max_sequence_length=512,
+        num_segments=2,
     )
     return [tuple(v.shape) for v in backbone.trainable_variables]
 
@@ -41,7 +46,10 @@ def resnet50_shapes():
 
 def make_step(optimizer, shapes, jit_compile, seed=0):
     rng = np.random.default_rng(seed)
-    variables = [keras.Variable(rng.normal(0, 0.02, s).astype("float32"), name=f"v{i}") for i, s in enumerate(shapes)]
+    variables = [
+        keras.Variable(rng.normal(0, 0.02, s).astype("float32"), name=f"v{i}")
+        for i, s in enumerate(shapes)
+    ]
     grads = [tf.constant(rng.normal(0, 1e-3, s).astype("float32")) for s in shapes]
     optimizer.build(variables)
 
@@ -71,20 +79,28 @@ def time_round(steps):
 def benchmark(shapes, optimizers, baseline, repeats):
     results = {}
     for jit_compile in (True, False):
-        steps = {name: make_step(factory(), shapes, jit_compile) for name, factory in optimizers.items()}
+        steps = {
+            name: make_step(factory(), shapes, jit_compile) for name, factory in optimizers.items()
+        }
         rounds = [time_round(steps) for _ in range(repeats)]
         medians = {name: statistics.median(r[name] for r in rounds) for name in optimizers}
         results["xla" if jit_compile else "no_xla"] = {
             "seconds": medians,
-            "ratio_to_" + baseline: {name: medians[name] / medians[baseline] for name in optimizers},
+            "ratio_to_" + baseline: {
+                name: medians[name] / medians[baseline] for name in optimizers
+            },
         }
     return results
 
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeats", type=int, default=7, help="timed rounds per configuration (default 7)")
-    parser.add_argument("--models", nargs="+", default=["bert_base", "resnet50"], choices=["bert_base", "resnet50"])
+    parser.add_argument(
+        "--repeats", type=int, default=7, help="timed rounds per configuration (default 7)"
+    )
+    parser.add_argument(
+        "--models", nargs="+", default=["bert_base", "resnet50"], choices=["bert_base", "resnet50"]
+    )
     args = parser.parse_args(argv)
 
     report = {}

@@ -33,18 +33,26 @@ from keras_largebatch.bert.recipe import BertPretraining
 from keras_largebatch.training import trainer
 
 
-def _recipe(record_files, vocab_file, model_size=None, batch_size=32, optimizer_name="lamb",
-            deterministic=True):
+def _recipe(
+    record_files,
+    vocab_file,
+    model_size=None,
+    batch_size=32,
+    optimizer_name="lamb",
+    deterministic=True,
+):
     """The pretraining command's recipe for one phase at sequence length 128 on the records."""
-    config = config_lib.load_config(overrides=[
-        f"model.size={model_size or 'tiny'}",
-        f"optimizer.name={optimizer_name}",
-        f"phases.0.global_batch_size={batch_size}",
-        f"phases.0.input_files={json.dumps(record_files)}",
-        f"data.vocab_file={vocab_file}",
-        f"data.deterministic={json.dumps(deterministic)}",
-        "strategy.name=default",
-    ])
+    config = config_lib.load_config(
+        overrides=[
+            f"model.size={model_size or 'tiny'}",
+            f"optimizer.name={optimizer_name}",
+            f"phases.0.global_batch_size={batch_size}",
+            f"phases.0.input_files={json.dumps(record_files)}",
+            f"data.vocab_file={vocab_file}",
+            f"data.deterministic={json.dumps(deterministic)}",
+            "strategy.name=default",
+        ]
+    )
     recipe = BertPretraining(config)
     recipe.prepare(log=lambda line: None)
     return recipe
@@ -74,10 +82,10 @@ def measure_training(model_size, batch_size, record_files, vocab_file, steps, ro
 
 def measure_pipeline(record_files, vocab_file, batch_size, batches, deterministic):
     """Examples/s of the phase dataset with nothing consuming it (median of 5 rounds)."""
-    recipe = _recipe(record_files, vocab_file, batch_size=batch_size,
-                     deterministic=deterministic)
-    dataset = trainer.make_phase_dataset(tf.distribute.get_strategy(), recipe, 0,
-                                         recipe.config.phases[0])
+    recipe = _recipe(record_files, vocab_file, batch_size=batch_size, deterministic=deterministic)
+    dataset = trainer.make_phase_dataset(
+        tf.distribute.get_strategy(), recipe, 0, recipe.config.phases[0]
+    )
     iterator = iter(dataset)
     for _ in range(20):
         next(iterator)
@@ -91,10 +99,14 @@ def measure_pipeline(record_files, vocab_file, batch_size, batches, deterministi
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    parser.add_argument("--data_dir", default="runs/bert_default_data",
-                        help="where the default pretraining data is (or is created)")
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter
+    )
+    parser.add_argument(
+        "--data_dir",
+        default="runs/bert_default_data",
+        help="where the default pretraining data is (or is created)",
+    )
     parser.add_argument("--model_size", default="mini", choices=list(config_lib.MODEL_SIZES))
     parser.add_argument("--batch_size", type=int, default=32)
     parser.add_argument("--steps", type=int, default=10, help="steps per timed round")
@@ -102,23 +114,30 @@ def main(argv=None):
     args = parser.parse_args(argv)
     data = create_data.create_default_pretraining_data(args.data_dir)
     files = list(data.record_files)
-    training = measure_training(args.model_size, args.batch_size, files, data.vocab_file,
-                                args.steps, args.rounds)
+    training = measure_training(
+        args.model_size, args.batch_size, files, data.vocab_file, args.steps, args.rounds
+    )
     pipeline = {
         "deterministic": measure_pipeline(files, data.vocab_file, args.batch_size, 200, True),
-        "deterministic_false": measure_pipeline(files, data.vocab_file, args.batch_size, 200,
-                                                False),
+        "deterministic_false": measure_pipeline(
+            files, data.vocab_file, args.batch_size, 200, False
+        ),
     }
-    print(json.dumps({
-        "model_size": args.model_size,
-        "seq_length": 128,
-        "global_batch_size": args.batch_size,
-        "lamb_examples_per_second": training["lamb"],
-        "adamw_examples_per_second": training["adamw"],
-        "lamb_over_adamw": training["lamb"] / training["adamw"],
-        "pipeline_examples_per_second": pipeline,
-        "pipeline_over_training": min(pipeline.values()) / max(training.values()),
-    }, indent=2))
+    print(
+        json.dumps(
+            {
+                "model_size": args.model_size,
+                "seq_length": 128,
+                "global_batch_size": args.batch_size,
+                "lamb_examples_per_second": training["lamb"],
+                "adamw_examples_per_second": training["adamw"],
+                "lamb_over_adamw": training["lamb"] / training["adamw"],
+                "pipeline_examples_per_second": pipeline,
+                "pipeline_over_training": min(pipeline.values()) / max(training.values()),
+            },
+            indent=2,
+        )
+    )
 
 
 if __name__ == "__main__":

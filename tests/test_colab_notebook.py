@@ -20,7 +20,9 @@ def _code_cells():
 
 def _python(source):
     # IPython shell (!) and magic (%) lines are not Python.
-    return "\n".join(line for line in source.splitlines() if not line.lstrip().startswith(("!", "%")))
+    return "\n".join(
+        line for line in source.splitlines() if not line.lstrip().startswith(("!", "%"))
+    )
 
 
 def test_every_code_cell_parses():
@@ -34,12 +36,16 @@ def test_every_code_cell_parses():
 def test_the_notebook_run_config_loads(on_tpu):
     cell = next(source for source in _code_cells() if "load_config(overrides=" in source)
     call = next(
-        node for node in ast.walk(ast.parse(_python(cell)))
+        node
+        for node in ast.walk(ast.parse(_python(cell)))
         if isinstance(node, ast.Call) and getattr(node.func, "attr", None) == "load_config"
     )
     overrides = [
-        (ast.literal_eval(item.body if on_tpu else item.orelse) if isinstance(item, ast.IfExp)
-         else ast.literal_eval(item))
+        (
+            ast.literal_eval(item.body if on_tpu else item.orelse)
+            if isinstance(item, ast.IfExp)
+            else ast.literal_eval(item)
+        )
         for item in call.keywords[0].value.elts
     ]
     loaded = config_lib.load_config(overrides=overrides)

@@ -26,25 +26,42 @@ CONFIGS = {
     "lamb_plain": ("LAMB", dict(learning_rate=1e-2)),
     "lamb_decay_exclusions": (
         "LAMB",
-        dict(learning_rate=1e-2, weight_decay=0.05, exclude_from_weight_decay=["norm", "bias"],
-             exclude_from_layer_adaptation=["norm"], global_clipnorm=0.5),
+        dict(
+            learning_rate=1e-2,
+            weight_decay=0.05,
+            exclude_from_weight_decay=["norm", "bias"],
+            exclude_from_layer_adaptation=["norm"],
+            global_clipnorm=0.5,
+        ),
     ),
     "lars_plain": ("LARS", dict(learning_rate=1.0, trust_coefficient=0.02)),
     "lars_decay_nesterov": (
         "LARS",
-        dict(learning_rate=1.0, trust_coefficient=0.02, weight_decay=1e-3, nesterov=True,
-             exclude_from_layer_adaptation=[], global_clipnorm=0.5),
+        dict(
+            learning_rate=1.0,
+            trust_coefficient=0.02,
+            weight_decay=1e-3,
+            nesterov=True,
+            exclude_from_layer_adaptation=[],
+            global_clipnorm=0.5,
+        ),
     ),
     # The global gradient norm starts near 10 here: a clip at 50 does not bind (checked below).
     "lars_sgd_loose_clip": (
         "LARS",
-        dict(learning_rate=0.05, weight_decay=1e-3, exclude_from_layer_adaptation=[".*"],
-             global_clipnorm=50.0),
+        dict(
+            learning_rate=0.05,
+            weight_decay=1e-3,
+            exclude_from_layer_adaptation=[".*"],
+            global_clipnorm=50.0,
+        ),
     ),
 }
 # Whether each configuration's global_clipnorm changes its weights.
 CLIP_BINDS = {
-    "lamb_decay_exclusions": True, "lars_decay_nesterov": True, "lars_sgd_loose_clip": False,
+    "lamb_decay_exclusions": True,
+    "lars_decay_nesterov": True,
+    "lars_sgd_loose_clip": False,
 }
 # The configurations with a global_clipnorm, those of the accumulation and multi-worker
 # runs: two adapted under a clip that binds, and one that shows the gradient's scale.
@@ -54,7 +71,9 @@ CLIPPED = sorted(CLIP_BINDS)
 def regression_data(count, seed=0):
     rng = np.random.default_rng(seed)
     features = rng.normal(size=(count, 6)).astype("float32")
-    targets = (features @ rng.normal(size=(6, 2)) + 0.1 * rng.normal(size=(count, 2))).astype("float32")
+    targets = (features @ rng.normal(size=(6, 2)) + 0.1 * rng.normal(size=(count, 2))).astype(
+        "float32"
+    )
     return features, targets
 
 
@@ -62,7 +81,9 @@ def build_model():
     return keras.Sequential(
         [
             keras.Input((6,)),
-            keras.layers.Dense(16, activation="tanh", kernel_initializer=keras.initializers.GlorotUniform(1)),
+            keras.layers.Dense(
+                16, activation="tanh", kernel_initializer=keras.initializers.GlorotUniform(1)
+            ),
             keras.layers.LayerNormalization(),
             keras.layers.Dense(2, kernel_initializer=keras.initializers.GlorotUniform(2)),
         ]
@@ -136,7 +157,8 @@ def mirrored(replicas):
     # strategy over a different number of CPUs would join the first one's group and abort;
     # reduction on one device sums the same values without collectives.
     return tf.distribute.MirroredStrategy(
-        [f"/cpu:{i}" for i in range(replicas)], cross_device_ops=tf.distribute.ReductionToOneDevice()
+        [f"/cpu:{i}" for i in range(replicas)],
+        cross_device_ops=tf.distribute.ReductionToOneDevice(),
     )
 
 
@@ -206,8 +228,12 @@ def test_keras_clips_each_replica_share_and_we_clip_the_global_batch(single_devi
 
 @pytest.fixture(scope="module")
 def two_workers():
-    return run_multi_worker(train_configs_on_workers, num_workers=2,
-                            kwargs={"configs": CLIPPED, "accumulation": 2}, timeout=300)
+    return run_multi_worker(
+        train_configs_on_workers,
+        num_workers=2,
+        kwargs={"configs": CLIPPED, "accumulation": 2},
+        timeout=300,
+    )
 
 
 def test_two_workers_formed_one_cluster_of_two_replicas(two_workers):
@@ -221,7 +247,10 @@ def test_two_workers_formed_one_cluster_of_two_replicas(two_workers):
 def test_multi_worker_matches_single_device(config, two_workers, single_device):
     expected = single_device(config)
     for result in two_workers:
-        run = {key.split("/", 1)[1]: value for key, value in result.items()
-               if key.startswith(f"{config}/")}
+        run = {
+            key.split("/", 1)[1]: value
+            for key, value in result.items()
+            if key.startswith(f"{config}/")
+        }
         assert int(run["num_replicas"]) == 2 and int(run["iterations"]) == 4
         assert_same_weights(run, expected)

@@ -1,4 +1,4 @@
-"""LAMB and LARS under JAX's `keras.distribution.DataParallel` equal one device (issue: correct at scale).
+"""LAMB and LARS under JAX's `keras.distribution.DataParallel` equal one device.
 
 On JAX the gradient of a data-parallel step is already the global-batch gradient (XLA
 inserts the all-reduce), so our optimizers must give the one-device weights with and
@@ -35,7 +35,11 @@ def runs():
     )
     result = subprocess.run(
         [sys.executable, "-m", "tests.support.jax_data_parallel"],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=300,
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert result.returncode == 0, result.stderr[-4000:]
     return json.loads(result.stdout.strip().splitlines()[-1])
@@ -52,16 +56,18 @@ def test_data_parallel_over_two_devices_matches_one_device(case, runs):
     assert len(data_parallel["weights"]) == len(expected["weights"]) == len(runs["initial"]) == 6
     for run, name in ((one_device, "one device"), (data_parallel, "data parallel")):
         for index, (actual, wanted) in enumerate(zip(run["weights"], expected["weights"])):
-            np.testing.assert_allclose(actual, wanted, rtol=1e-5, atol=1e-6,
-                                       err_msg=f"{name}, weight {index}")
+            np.testing.assert_allclose(
+                actual, wanted, rtol=1e-5, atol=1e-6, err_msg=f"{name}, weight {index}"
+            )
     assert not np.allclose(expected["weights"][0], runs["initial"][0], atol=1e-3)
 
 
 @pytest.mark.parametrize("case", CASES)
 def test_global_clipnorm_binds_only_where_meant(case, runs):
     clipped, unclipped = runs[case]["one_device"], runs[case]["one_device_unclipped"]
-    difference = max(np.max(np.abs(np.subtract(a, b)))
-                     for a, b in zip(clipped["weights"], unclipped["weights"]))
+    difference = max(
+        np.max(np.abs(np.subtract(a, b))) for a, b in zip(clipped["weights"], unclipped["weights"])
+    )
     if CLIP_BINDS[case.split("/")[0]]:
         assert difference > 1e-3
     else:

@@ -41,10 +41,20 @@ CONFIGS = {
     "LARS": (
         # Excluded variables (biases, LayerNorm) step by the full rate: 0.1 keeps the models stable.
         lambda **kw: LARS(
-            learning_rate=0.1, trust_coefficient=0.1, weight_decay=1e-2, record_trust_ratio=True, **kw
+            learning_rate=0.1,
+            trust_coefficient=0.1,
+            weight_decay=1e-2,
+            record_trust_ratio=True,
+            **kw,
         ),
         lambda weights, steps: reference.lars(
-            weights, steps, lr=0.1, eta=0.1, wd=1e-2, decay_mask=DEFAULT_MASK, adapt_mask=DEFAULT_MASK
+            weights,
+            steps,
+            lr=0.1,
+            eta=0.1,
+            wd=1e-2,
+            decay_mask=DEFAULT_MASK,
+            adapt_mask=DEFAULT_MASK,
         ),
     ),
 }
@@ -80,8 +90,10 @@ def micro_batch_means(gradient_steps, k):
     if k is None:
         return gradient_steps
     return [
-        [np.mean([gradient_steps[s * k + j][i] for j in range(k)], axis=0)
-         for i in range(len(gradient_steps[0]))]
+        [
+            np.mean([gradient_steps[s * k + j][i] for j in range(k)], axis=0)
+            for i in range(len(gradient_steps[0]))
+        ]
         for s in range(len(gradient_steps) // k)
     ]
 
@@ -122,7 +134,9 @@ def test_direct_apply_skips_a_non_finite_step(name, accumulation, bad_value):
 
     for grads in gradient_steps[bad_at:]:
         apply(grads)
-    expected, expected_ratios = run_reference(weights, micro_batch_means(gradient_steps, accumulation))
+    expected, expected_ratios = run_reference(
+        weights, micro_batch_means(gradient_steps, accumulation)
+    )
     for actual, wanted in zip(variables, expected):
         np.testing.assert_allclose(actual.numpy(), wanted, rtol=1e-5, atol=1e-6)
     ratios = inner.trust_ratios()
@@ -141,7 +155,9 @@ def build_model():
     return keras.Sequential(
         [
             keras.Input((6,)),
-            keras.layers.Dense(16, activation="tanh", kernel_initializer=keras.initializers.GlorotUniform(1)),
+            keras.layers.Dense(
+                16, activation="tanh", kernel_initializer=keras.initializers.GlorotUniform(1)
+            ),
             keras.layers.LayerNormalization(),
             keras.layers.Dense(2, kernel_initializer=keras.initializers.GlorotUniform(2)),
         ]
@@ -158,12 +174,15 @@ class RecordState(keras.callbacks.Callback):
 
     def on_train_batch_end(self, batch, logs=None):
         optimizer = self.model.optimizer
-        self.states.append(optimizer_state(optimizer.inner_optimizer, self.model.trainable_variables))
+        self.states.append(
+            optimizer_state(optimizer.inner_optimizer, self.model.trainable_variables)
+        )
         self.scales.append(float(optimizer.dynamic_scale.numpy()))
 
 
-def fit_mixed_float16(name, features, targets, batch_size, accumulation, initial_scale,
-                      strategy=None):
+def fit_mixed_float16(
+    name, features, targets, batch_size, accumulation, initial_scale, strategy=None
+):
     make_optimizer, _ = CONFIGS[name]
     strategy = strategy or tf.distribute.get_strategy()
     with dtype_policy("mixed_float16"), strategy.scope():
@@ -173,8 +192,15 @@ def fit_mixed_float16(name, features, targets, batch_size, accumulation, initial
         )
         model.compile(optimizer=optimizer, loss="mse")
     recorder = RecordState()
-    model.fit(features, targets, batch_size=batch_size, epochs=1, shuffle=False, verbose=0,
-              callbacks=[recorder])
+    model.fit(
+        features,
+        targets,
+        batch_size=batch_size,
+        epochs=1,
+        shuffle=False,
+        verbose=0,
+        callbacks=[recorder],
+    )
     return model, recorder
 
 
@@ -201,13 +227,18 @@ def test_fit_skips_the_batch_that_overflows_float16(name, accumulation):
     model, recorder = fit_mixed_float16(name, *with_bad, batch_size, accumulation, INITIAL_SCALE)
 
     assert_state_equal(recorder.states[bad_at], recorder.states[bad_at - 1])
-    assert recorder.scales[bad_at - 1] == INITIAL_SCALE and recorder.scales[bad_at] == INITIAL_SCALE / 2
+    assert (
+        recorder.scales[bad_at - 1] == INITIAL_SCALE
+        and recorder.scales[bad_at] == INITIAL_SCALE / 2
+    )
     optimizer_steps = good_batches // (accumulation or 1)
     assert int(model.optimizer.iterations.numpy()) == optimizer_steps
 
     # The same data without the bad batch: scaling by a power of two commutes with every
     # float16 operation short of under- or overflow, so only the skip could tell them apart.
-    clean, _ = fit_mixed_float16(name, features, targets, batch_size, accumulation, INITIAL_SCALE / 2)
+    clean, _ = fit_mixed_float16(
+        name, features, targets, batch_size, accumulation, INITIAL_SCALE / 2
+    )
     for actual, expected in zip(model.get_weights(), clean.get_weights()):
         np.testing.assert_allclose(actual, expected, rtol=1e-6, atol=1e-7)
     assert not np.allclose(model.get_weights()[0], build_model().get_weights()[0], atol=1e-3)
@@ -236,9 +267,13 @@ def mirrored_stepper(strategy, optimizer, variables):
         strategy.run(apply, args=(per_replica_grads,))
 
     def run(replica_grads):
-        step(strategy.experimental_distribute_values_from_function(
-            lambda context: [tf.constant(g) for g in replica_grads[context.replica_id_in_sync_group]]
-        ))
+        step(
+            strategy.experimental_distribute_values_from_function(
+                lambda context: [
+                    tf.constant(g) for g in replica_grads[context.replica_id_in_sync_group]
+                ]
+            )
+        )
 
     return run
 
@@ -255,7 +290,9 @@ def replica_shares(gradient_steps, seed):
 
 @pytest.mark.parametrize("bad_replica", [0, 1])
 @pytest.mark.parametrize("name, accumulation", [("LAMB", None), ("LAMB", 3), ("LARS", None)])
-def test_mirrored_skips_a_step_non_finite_on_one_replica_on_all_of_them(name, accumulation, bad_replica):
+def test_mirrored_skips_a_step_non_finite_on_one_replica_on_all_of_them(
+    name, accumulation, bad_replica
+):
     make_optimizer, run_reference = CONFIGS[name]
     weights, gradient_steps = reference.make_problem(steps=6 if accumulation else 4, seed=8)
     shares, sums = replica_shares(gradient_steps, seed=9)
@@ -280,8 +317,9 @@ def test_mirrored_skips_a_step_non_finite_on_one_replica_on_all_of_them(name, ac
     after = state()
     for path, replicas in before.items():
         for replica in range(2):
-            np.testing.assert_array_equal(after[path][replica], replicas[replica],
-                                          err_msg=f"{path} replica {replica}")
+            np.testing.assert_array_equal(
+                after[path][replica], replicas[replica], err_msg=f"{path} replica {replica}"
+            )
     # LossScaleOptimizer decides from replica 0's own gradient (keras 3.15): it halves the
     # scale only when replica 0 overflowed. Our optimizers check the summed gradient, so
     # the update is skipped either way, but the scale stays when only replica 1 overflowed.
@@ -304,16 +342,26 @@ def test_mirrored_fit_skips_a_batch_that_overflows_on_one_replica(bad_replica):
     # Each replica gets one half of the global batch of 16, in order.
     batch_size, good_batches, bad_at, accumulation = 16, 6, 4, 3
     features, targets = regression_data(good_batches, batch_size)
-    with_bad = insert_overflowing_batch(features, targets, batch_size, bad_at, row=3 + 8 * bad_replica)
-    model, recorder = fit_mixed_float16("LAMB", *with_bad, batch_size, accumulation, INITIAL_SCALE,
-                                        strategy=mirrored_two_cpus())
+    with_bad = insert_overflowing_batch(
+        features, targets, batch_size, bad_at, row=3 + 8 * bad_replica
+    )
+    model, recorder = fit_mixed_float16(
+        "LAMB", *with_bad, batch_size, accumulation, INITIAL_SCALE, strategy=mirrored_two_cpus()
+    )
     assert_state_equal(recorder.states[bad_at], recorder.states[bad_at - 1])
     scale_after = INITIAL_SCALE / 2 if bad_replica == 0 else INITIAL_SCALE
     assert recorder.scales[bad_at:] == [scale_after] * (len(recorder.scales) - bad_at)
     assert int(model.optimizer.iterations.numpy()) == good_batches // accumulation
 
-    clean, _ = fit_mixed_float16("LAMB", features, targets, batch_size, accumulation, scale_after,
-                                 strategy=mirrored_two_cpus())
+    clean, _ = fit_mixed_float16(
+        "LAMB",
+        features,
+        targets,
+        batch_size,
+        accumulation,
+        scale_after,
+        strategy=mirrored_two_cpus(),
+    )
     for actual, expected in zip(model.get_weights(), clean.get_weights()):
         np.testing.assert_allclose(actual, expected, rtol=1e-6, atol=1e-7)
 
@@ -332,7 +380,9 @@ def test_keras_optimizer_applies_a_replica_1_overflow_to_every_replica():
     step([[np.ones(3, np.float32)], [np.array([1.0, np.inf, 1.0], np.float32)]])
     for value in per_replica(variable):
         # w - lr * (g_0 + g_1), elementwise: the finite entries move, the overflow lands.
-        np.testing.assert_array_equal(value, np.float32([1.0 - 0.1 * 2.0, -np.inf, 1.0 - 0.1 * 2.0]))
+        np.testing.assert_array_equal(
+            value, np.float32([1.0 - 0.1 * 2.0, -np.inf, 1.0 - 0.1 * 2.0])
+        )
     assert per_replica(optimizer.dynamic_scale) == [INITIAL_SCALE, INITIAL_SCALE]
 
 
@@ -360,16 +410,21 @@ def test_mixed_bfloat16_trains_with_float32_norms_and_slots(name):
         model.compile(optimizer=make_optimizer(), loss="mse")
     assert model.layers[0].compute_dtype == "bfloat16"
     recorder = RecordLAMBState() if name == "LAMB" else keras.callbacks.History()
-    history = model.fit(features, targets, batch_size=32, epochs=20, shuffle=False, verbose=0,
-                        callbacks=[recorder])
+    history = model.fit(
+        features, targets, batch_size=32, epochs=20, shuffle=False, verbose=0, callbacks=[recorder]
+    )
     losses = history.history["loss"]
     assert losses[-1] < 0.5 * losses[0], losses
     optimizer = model.optimizer
-    slots = optimizer._momentums + optimizer._velocities if name == "LAMB" else optimizer._velocities
+    slots = (
+        optimizer._momentums + optimizer._velocities if name == "LAMB" else optimizer._velocities
+    )
     dtypes = {v.dtype for v in model.trainable_variables + slots + optimizer._trust_ratio_records}
     assert dtypes == {"float32"}
     if name == "LAMB":
-        assert_last_lamb_trust_ratio_is_float32_accurate(optimizer, model.trainable_variables, recorder)
+        assert_last_lamb_trust_ratio_is_float32_accurate(
+            optimizer, model.trainable_variables, recorder
+        )
 
 
 def assert_last_lamb_trust_ratio_is_float32_accurate(optimizer, variables, recorder):
@@ -392,9 +447,16 @@ def assert_last_lamb_trust_ratio_is_float32_accurate(optimizer, variables, recor
         v = recorder.velocities[-1][index].astype(np.float64)
         update = m * c1 / (np.sqrt(v) * c2 + 1e-6) + 0.01 * before
         expected = np.linalg.norm(before) / np.linalg.norm(update)
-        np.testing.assert_allclose(ratios[variable.path], expected, rtol=2e-6, err_msg=variable.path)
-        np.testing.assert_allclose(recorder.weights[-1][index], before - 1e-2 * expected * update, rtol=1e-5,
-                                   atol=1e-7, err_msg=variable.path)
+        np.testing.assert_allclose(
+            ratios[variable.path], expected, rtol=2e-6, err_msg=variable.path
+        )
+        np.testing.assert_allclose(
+            recorder.weights[-1][index],
+            before - 1e-2 * expected * update,
+            rtol=1e-5,
+            atol=1e-7,
+            err_msg=variable.path,
+        )
         checked += 1
     assert checked == 2
 
@@ -409,18 +471,32 @@ LOW_PRECISION_MASK = [True, True, False, False]
 LOW_PRECISION_CASES = {
     "LAMB": (
         lambda: LAMB(learning_rate=0.1, weight_decay=0.01, record_trust_ratio=True),
-        lambda weights, steps: reference.lamb(weights, steps, lr=0.1, wd=0.01,
-                                              decay_mask=LOW_PRECISION_MASK,
-                                              adapt_mask=LOW_PRECISION_MASK),
+        lambda weights, steps: reference.lamb(
+            weights,
+            steps,
+            lr=0.1,
+            wd=0.01,
+            decay_mask=LOW_PRECISION_MASK,
+            adapt_mask=LOW_PRECISION_MASK,
+        ),
     ),
     "LARS": (
-        lambda: LARS(learning_rate=0.1, trust_coefficient=0.1, weight_decay=0.01,
-                     record_trust_ratio=True),
-        lambda weights, steps: reference.lars(weights, steps, lr=0.1, eta=0.1, wd=0.01,
-                                              decay_mask=LOW_PRECISION_MASK,
-                                              adapt_mask=LOW_PRECISION_MASK),
+        lambda: LARS(
+            learning_rate=0.1, trust_coefficient=0.1, weight_decay=0.01, record_trust_ratio=True
+        ),
+        lambda weights, steps: reference.lars(
+            weights,
+            steps,
+            lr=0.1,
+            eta=0.1,
+            wd=0.01,
+            decay_mask=LOW_PRECISION_MASK,
+            adapt_mask=LOW_PRECISION_MASK,
+        ),
     ),
 }
+
+
 def representable(values, dtype):
     """``values`` rounded to ``dtype``, as float64."""
     return keras.ops.convert_to_numpy(keras.ops.cast(keras.ops.cast(values, dtype), "float64"))
@@ -431,8 +507,10 @@ def representable(values, dtype):
 def test_low_precision_variables_take_the_float64_step(name, dtype):
     make_optimizer, run_reference = LOW_PRECISION_CASES[name]
     rng = np.random.default_rng(21)
-    weights = [representable((6.0 if shape == (64, 64) else 1.0) * rng.normal(size=shape), dtype)
-               for shape in LOW_PRECISION_SHAPES]
+    weights = [
+        representable((6.0 if shape == (64, 64) else 1.0) * rng.normal(size=shape), dtype)
+        for shape in LOW_PRECISION_SHAPES
+    ]
     gradients = [representable(rng.normal(size=shape), dtype) for shape in LOW_PRECISION_SHAPES]
     variables = [keras.Variable(w, dtype=dtype, name=f"w{i}") for i, w in enumerate(weights)]
     optimizer = make_optimizer()

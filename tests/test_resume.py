@@ -19,12 +19,21 @@ EPOCHS = 3
 
 OPTIMIZERS = {
     "LAMB": lambda: LAMB(
-        learning_rate=keras.optimizers.schedules.PolynomialDecay(1e-2, decay_steps=4, end_learning_rate=1e-3),
-        weight_decay=0.01, record_trust_ratio=True, gradient_accumulation_steps=ACCUMULATION,
+        learning_rate=keras.optimizers.schedules.PolynomialDecay(
+            1e-2, decay_steps=4, end_learning_rate=1e-3
+        ),
+        weight_decay=0.01,
+        record_trust_ratio=True,
+        gradient_accumulation_steps=ACCUMULATION,
     ),
     "LARS": lambda: LARS(
-        learning_rate=keras.optimizers.schedules.PolynomialDecay(0.1, decay_steps=4, end_learning_rate=0.01),
-        trust_coefficient=0.1, weight_decay=1e-2, nesterov=True, record_trust_ratio=True,
+        learning_rate=keras.optimizers.schedules.PolynomialDecay(
+            0.1, decay_steps=4, end_learning_rate=0.01
+        ),
+        trust_coefficient=0.1,
+        weight_decay=1e-2,
+        nesterov=True,
+        record_trust_ratio=True,
         gradient_accumulation_steps=ACCUMULATION,
     ),
 }
@@ -59,7 +68,9 @@ def compiled_model(name):
     model = keras.Sequential(
         [
             keras.Input((6,)),
-            keras.layers.Dense(16, activation="tanh", kernel_initializer=keras.initializers.GlorotUniform(1)),
+            keras.layers.Dense(
+                16, activation="tanh", kernel_initializer=keras.initializers.GlorotUniform(1)
+            ),
             keras.layers.LayerNormalization(),
             keras.layers.Dense(2, kernel_initializer=keras.initializers.GlorotUniform(2)),
         ]
@@ -70,8 +81,15 @@ def compiled_model(name):
 
 def fit(model, epochs, callbacks=()):
     features, targets = data()
-    model.fit(features, targets, batch_size=BATCH_SIZE, epochs=epochs, shuffle=False, verbose=0,
-              callbacks=list(callbacks))
+    model.fit(
+        features,
+        targets,
+        batch_size=BATCH_SIZE,
+        epochs=epochs,
+        shuffle=False,
+        verbose=0,
+        callbacks=list(callbacks),
+    )
 
 
 def state(model):
@@ -80,7 +98,9 @@ def state(model):
     Keyed by position: variable names carry each model instance's own layer names.
     """
     values = {f"weight/{i}": np.array(v.numpy()) for i, v in enumerate(model.trainable_variables)}
-    values.update({f"optimizer/{i}": np.array(v.numpy()) for i, v in enumerate(model.optimizer.variables)})
+    values.update(
+        {f"optimizer/{i}": np.array(v.numpy()) for i, v in enumerate(model.optimizer.variables)}
+    )
     return values
 
 
@@ -170,7 +190,9 @@ def test_keras_sgd_counts_an_extra_step_per_epoch_ending_on_exhausted_data():
     # What the base class guards against: Keras's counter increment does not wait for the
     # batch, so the failing call at each epoch's end still counts a micro-step.
     model = compiled_model("LARS")
-    model.compile(optimizer=keras.optimizers.SGD(0.1, momentum=0.9, gradient_accumulation_steps=ACCUMULATION),
-                  loss="mse")
+    model.compile(
+        optimizer=keras.optimizers.SGD(0.1, momentum=0.9, gradient_accumulation_steps=ACCUMULATION),
+        loss="mse",
+    )
     model.fit(unknown_length_dataset(), epochs=EPOCHS, shuffle=False, verbose=0)
     assert int(model.optimizer._iterations.numpy()) == EPOCHS * (BATCHES_PER_EPOCH + 1)

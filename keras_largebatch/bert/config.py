@@ -29,9 +29,18 @@ from keras_largebatch.training import config as training_config
 from keras_largebatch.training.config import MIXED_PRECISION_POLICIES, StrategyConfig
 
 __all__ = [
-    "BERT_EXCLUSIONS", "DataConfig", "MIXED_PRECISION_POLICIES", "ModelConfig", "OPTIMIZER_NAMES",
-    "OptimizerConfig", "PhaseConfig", "PretrainConfig", "StrategyConfig", "apply_override",
-    "config_from_dict", "load_config",
+    "BERT_EXCLUSIONS",
+    "DataConfig",
+    "MIXED_PRECISION_POLICIES",
+    "ModelConfig",
+    "OPTIMIZER_NAMES",
+    "OptimizerConfig",
+    "PhaseConfig",
+    "PretrainConfig",
+    "StrategyConfig",
+    "apply_override",
+    "config_from_dict",
+    "load_config",
 ]
 
 OPTIMIZER_NAMES = ("lamb", "adamw")
@@ -92,8 +101,9 @@ class PhaseConfig(training_config.PhaseConfig):
             raise ValueError(
                 f"{key}.warmup_steps must be < {key}.steps={self.steps}, got {self.warmup_steps}"
             )
-        _checks.check_number(f"{key}.peak_learning_rate", self.peak_learning_rate, low=0,
-                             low_open=True)
+        _checks.check_number(
+            f"{key}.peak_learning_rate", self.peak_learning_rate, low=0, low_open=True
+        )
         if not 0 <= self.end_learning_rate <= self.peak_learning_rate:
             raise ValueError(
                 f"{key}.end_learning_rate must be in [0, peak_learning_rate="
@@ -101,9 +111,7 @@ class PhaseConfig(training_config.PhaseConfig):
             )
         _checks.check_number(f"{key}.power", self.power, low=0, low_open=True)
         if self.input_files is not None and not self.input_files:
-            raise ValueError(
-                f"{key}.input_files must be null or name at least one pattern, got []"
-            )
+            raise ValueError(f"{key}.input_files must be null or name at least one pattern, got []")
 
 
 @dataclasses.dataclass
@@ -151,11 +159,16 @@ class PretrainConfig(training_config.RunConfig):
         _checks.check_choice("model.size", self.model.size, tuple(MODEL_SIZES))
         _checks.check_choice("optimizer.name", self.optimizer.name, OPTIMIZER_NAMES)
         super().validate()
-        for name in ("vocabulary_size", "num_layers", "hidden_dim", "num_heads",
-                     "intermediate_dim", "max_sequence_length"):
+        for name in (
+            "vocabulary_size",
+            "num_layers",
+            "hidden_dim",
+            "num_heads",
+            "intermediate_dim",
+            "max_sequence_length",
+        ):
             _checks.check_optional_integer(f"model.{name}", getattr(self.model, name), low=1)
-        _checks.check_number("model.dropout", self.model.dropout, low=0.0, high=1.0,
-                             high_open=True)
+        _checks.check_number("model.dropout", self.model.dropout, low=0.0, high=1.0, high_open=True)
         _, hidden_dim, num_heads, _ = self.model.dimensions()
         if hidden_dim % num_heads:
             raise ValueError(
@@ -167,12 +180,14 @@ class PretrainConfig(training_config.RunConfig):
         optimizer = self.optimizer
         _checks.check_number("optimizer.weight_decay", optimizer.weight_decay, low=0)
         for name in ("beta_1", "beta_2"):
-            _checks.check_number(f"optimizer.{name}", getattr(optimizer, name), low=0.0,
-                                 high=1.0, high_open=True)
+            _checks.check_number(
+                f"optimizer.{name}", getattr(optimizer, name), low=0.0, high=1.0, high_open=True
+            )
         _checks.check_number("optimizer.epsilon", optimizer.epsilon, low=0)
         if optimizer.global_clipnorm is not None:
-            _checks.check_number("optimizer.global_clipnorm", optimizer.global_clipnorm, low=0,
-                                 low_open=True)
+            _checks.check_number(
+                "optimizer.global_clipnorm", optimizer.global_clipnorm, low=0, low_open=True
+            )
         for index, phase in enumerate(self.phases):
             if phase.input_files is None and "://" in str(self.output_dir):
                 # The default corpus's corpus, vocabulary and manifest are written with local

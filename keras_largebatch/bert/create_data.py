@@ -20,18 +20,36 @@ from keras_largebatch._logging import quiet_tensorflow_logs
 # use, so that `main` can quiet TensorFlow's start-up lines before anything imports it.
 _REEXPORTS = {
     "keras_largebatch.bert.instance_tasks": (
-        "DOCUMENTS_PER_TASK", "PARALLEL_MIN_TOKEN_PASSES", "choose_num_workers",
-        "default_num_workers"),
+        "DOCUMENTS_PER_TASK",
+        "PARALLEL_MIN_TOKEN_PASSES",
+        "choose_num_workers",
+        "default_num_workers",
+    ),
     "keras_largebatch.bert.instances": (
-        "DEFAULT_SHORT_SEQ_PROB", "TOKENIZE_BATCH_SIZE", "Instance", "InstanceOptions",
-        "create_instances_from_document", "read_documents", "resolve_input_files",
-        "serialize_instance", "tokenize_documents"),
+        "DEFAULT_SHORT_SEQ_PROB",
+        "TOKENIZE_BATCH_SIZE",
+        "Instance",
+        "InstanceOptions",
+        "create_instances_from_document",
+        "read_documents",
+        "resolve_input_files",
+        "serialize_instance",
+        "tokenize_documents",
+    ),
     "keras_largebatch.bert.masking": ("TokenIds", "mask_tokens"),
     "keras_largebatch.bert.pretraining_data": (
-        "DEFAULT_CORPUS_DUPE_FACTOR", "DEFAULT_DUPE_FACTOR", "DEFAULT_NUM_OUTPUT_SHARDS",
-        "DEFAULT_SEED", "MANIFEST_FILENAME", "RECORD_FILE_PREFIX", "VOCABULARY_FILENAME",
-        "PretrainingData", "create_default_pretraining_data", "create_pretraining_data",
-        "record_file_names"),
+        "DEFAULT_CORPUS_DUPE_FACTOR",
+        "DEFAULT_DUPE_FACTOR",
+        "DEFAULT_NUM_OUTPUT_SHARDS",
+        "DEFAULT_SEED",
+        "MANIFEST_FILENAME",
+        "RECORD_FILE_PREFIX",
+        "VOCABULARY_FILENAME",
+        "PretrainingData",
+        "create_default_pretraining_data",
+        "create_pretraining_data",
+        "record_file_names",
+    ),
 }
 _MODULE_OF = {name: module for module, names in _REEXPORTS.items() for name in names}
 
@@ -57,50 +75,99 @@ def build_parser():
     parser = argparse.ArgumentParser(
         prog="keras-largebatch-create-data",
         description="Write BERT pretraining TFRecords (google-research/bert schema) from text "
-                    "files with one sentence per line and a blank line between documents.",
+        "files with one sentence per line and a blank line between documents.",
     )
     source = parser.add_mutually_exclusive_group(required=True)
-    source.add_argument("--input_files", nargs="+", metavar="PATH_OR_GLOB",
-                        help="input text files or glob patterns")
-    source.add_argument("--default_corpus", action="store_true",
-                        help="use the embedded corpus (Python's own documentation) and build "
-                             "its vocabulary; excludes --vocab_file")
-    parser.add_argument("--output_dir", required=True,
-                        help="directory for the record shards, manifest.json and vocab.txt")
-    parser.add_argument("--vocab_file", default=None,
-                        help="vocabulary to use, one token per line (default: build one from "
-                             "the input into OUTPUT_DIR/vocab.txt)")
-    parser.add_argument("--vocabulary_size", type=int, default=vocab_lib.DEFAULT_VOCABULARY_SIZE,
-                        help="most tokens in a built vocabulary (default: %(default)s)")
-    parser.add_argument("--max_seq_length", type=int, default=records.DEFAULT_MAX_SEQ_LENGTH,
-                        help="tokens per instance, [CLS] and [SEP]s included "
-                             "(default: %(default)s)")
-    parser.add_argument("--max_predictions_per_seq", type=int,
-                        default=records.DEFAULT_MAX_PREDICTIONS_PER_SEQ,
-                        help="most masked positions per instance (default: %(default)s)")
-    parser.add_argument("--masked_lm_prob", type=float, default=masking.DEFAULT_MASKED_LM_PROB,
-                        help="fraction of tokens to mask (default: %(default)s)")
-    parser.add_argument("--dupe_factor", type=int, default=None,
-                        help="passes over the corpus, each with new cuts and masks (default: "
-                             f"{DEFAULT_DUPE_FACTOR}, or {DEFAULT_CORPUS_DUPE_FACTOR} with "
-                             "--default_corpus)")
-    parser.add_argument("--short_seq_prob", type=float, default=DEFAULT_SHORT_SEQ_PROB,
-                        help="probability of a shorter random target length "
-                             "(default: %(default)s)")
-    parser.add_argument("--num_output_shards", type=int, default=DEFAULT_NUM_OUTPUT_SHARDS,
-                        help="record files, written round-robin (default: %(default)s)")
-    parser.add_argument("--seed", type=int, default=DEFAULT_SEED,
-                        help="the same seed writes the same bytes (default: %(default)s)")
-    parser.add_argument("--num_workers", type=int, default=None,
-                        help="worker processes; the output does not depend on it (default: "
-                             "all available CPUs for inputs large enough to repay starting "
-                             "them, else 1)")
-    parser.add_argument("--dynamic_masking", action="store_true",
-                        help="write unmasked records (no masked_lm_* features) for the input "
-                             "pipeline's per-epoch masking")
-    parser.add_argument("--overwrite", action="store_true",
-                        help="replace existing output in OUTPUT_DIR (without it, existing "
-                             "output is an error raised before any work)")
+    source.add_argument(
+        "--input_files", nargs="+", metavar="PATH_OR_GLOB", help="input text files or glob patterns"
+    )
+    source.add_argument(
+        "--default_corpus",
+        action="store_true",
+        help="use the embedded corpus (Python's own documentation) and build "
+        "its vocabulary; excludes --vocab_file",
+    )
+    parser.add_argument(
+        "--output_dir",
+        required=True,
+        help="directory for the record shards, manifest.json and vocab.txt",
+    )
+    parser.add_argument(
+        "--vocab_file",
+        default=None,
+        help="vocabulary to use, one token per line (default: build one from "
+        "the input into OUTPUT_DIR/vocab.txt)",
+    )
+    parser.add_argument(
+        "--vocabulary_size",
+        type=int,
+        default=vocab_lib.DEFAULT_VOCABULARY_SIZE,
+        help="most tokens in a built vocabulary (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--max_seq_length",
+        type=int,
+        default=records.DEFAULT_MAX_SEQ_LENGTH,
+        help="tokens per instance, [CLS] and [SEP]s included (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--max_predictions_per_seq",
+        type=int,
+        default=records.DEFAULT_MAX_PREDICTIONS_PER_SEQ,
+        help="most masked positions per instance (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--masked_lm_prob",
+        type=float,
+        default=masking.DEFAULT_MASKED_LM_PROB,
+        help="fraction of tokens to mask (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--dupe_factor",
+        type=int,
+        default=None,
+        help="passes over the corpus, each with new cuts and masks (default: "
+        f"{DEFAULT_DUPE_FACTOR}, or {DEFAULT_CORPUS_DUPE_FACTOR} with "
+        "--default_corpus)",
+    )
+    parser.add_argument(
+        "--short_seq_prob",
+        type=float,
+        default=DEFAULT_SHORT_SEQ_PROB,
+        help="probability of a shorter random target length (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--num_output_shards",
+        type=int,
+        default=DEFAULT_NUM_OUTPUT_SHARDS,
+        help="record files, written round-robin (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--seed",
+        type=int,
+        default=DEFAULT_SEED,
+        help="the same seed writes the same bytes (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--num_workers",
+        type=int,
+        default=None,
+        help="worker processes; the output does not depend on it (default: "
+        "all available CPUs for inputs large enough to repay starting "
+        "them, else 1)",
+    )
+    parser.add_argument(
+        "--dynamic_masking",
+        action="store_true",
+        help="write unmasked records (no masked_lm_* features) for the input "
+        "pipeline's per-epoch masking",
+    )
+    parser.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace existing output in OUTPUT_DIR (without it, existing "
+        "output is an error raised before any work)",
+    )
     return parser
 
 

@@ -31,8 +31,7 @@ import tensorflow as tf
 
 from keras_largebatch._checks import check_bool, check_integer, check_optional_integer
 from keras_largebatch._file_patterns import resolve_record_files
-from keras_largebatch.bert import masking
-from keras_largebatch.bert import records
+from keras_largebatch.bert import masking, records
 from keras_largebatch.bert.masking import mask_token_batch  # noqa: F401 (public here too)
 from keras_largebatch.bert.records import FEATURE_ALIASES, MASKED_LM_FEATURES  # noqa: F401
 
@@ -84,9 +83,11 @@ def make_pretraining_dataset(
             lacks a feature or has a wrong length, or the arguments are out of range.
     """
     records.check_lengths(seq_length, max_predictions_per_seq)
-    for argument, value in (("batch_size_per_replica", batch_size_per_replica),
-                            ("shuffle_buffer_size", shuffle_buffer_size),
-                            ("cycle_length", cycle_length)):
+    for argument, value in (
+        ("batch_size_per_replica", batch_size_per_replica),
+        ("shuffle_buffer_size", shuffle_buffer_size),
+        ("cycle_length", cycle_length),
+    ):
         check_integer(argument, value, low=1)
     masking.check_masked_lm_prob(masked_lm_prob)
     check_bool("is_training", is_training)
@@ -102,8 +103,9 @@ def make_pretraining_dataset(
         dynamic_masker = masking.DynamicMasking.from_vocabulary(
             vocabulary, masked_lm_prob, max_predictions_per_seq
         )
-    feature_names = check_record_file(files[0], seq_length, max_predictions_per_seq,
-                                      dynamic_masking)
+    feature_names = check_record_file(
+        files[0], seq_length, max_predictions_per_seq, dynamic_masking
+    )
     for path in files[1:]:
         names = check_record_file(path, seq_length, max_predictions_per_seq, dynamic_masking)
         # One parser reads every file, so the spellings must agree.
@@ -171,8 +173,9 @@ def check_record_file(path, seq_length, max_predictions_per_seq, dynamic_masking
     try:
         features = tf.train.Example.FromString(first[0]).features.feature
     except Exception as error:  # protobuf's DecodeError is not importable from one stable place
-        raise ValueError(f"record file {path!r}: first record is not a tf.train.Example "
-                         f"({error})") from error
+        raise ValueError(
+            f"record file {path!r}: first record is not a tf.train.Example ({error})"
+        ) from error
 
     source = f"record file {path!r}"
     names = records.feature_spellings(features, source)
@@ -189,16 +192,18 @@ def check_record_file(path, seq_length, max_predictions_per_seq, dynamic_masking
             "unmasked records; pass dynamic_masking=True with a vocabulary to mask them while "
             "reading"
         )
-    records.check_example_features(features, seq_length, max_predictions_per_seq,
-                                   not dynamic_masking, names, source)
+    records.check_example_features(
+        features, seq_length, max_predictions_per_seq, not dynamic_masking, names, source
+    )
     return names
 
 
 def _make_parser(feature_names, seq_length, max_predictions_per_seq, dynamic_masking):
     """A function from a batch of serialized records to ``(features, labels, sample_weights)``."""
     input_ids_name, segment_ids_name = feature_names
-    spec = records.parsing_spec(seq_length, max_predictions_per_seq, not dynamic_masking,
-                                feature_names)
+    spec = records.parsing_spec(
+        seq_length, max_predictions_per_seq, not dynamic_masking, feature_names
+    )
 
     def parse(serialized):
         # TPUs have no int64 arithmetic to speak of; every id fits in int32.

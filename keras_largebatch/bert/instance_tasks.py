@@ -12,8 +12,7 @@ import random
 
 import numpy as np
 
-from keras_largebatch.bert import instances
-from keras_largebatch.bert import masking
+from keras_largebatch.bert import instances, masking
 
 # Documents per task. Fixed, not derived from the worker count, so that tasks and their seeds,
 # hence the output, do not depend on how many processes run them.
@@ -103,8 +102,10 @@ def _collect(results, num_tasks, num_workers, progress):
             records.extend(task_records)
         done += len(group_records)
         if done >= next_report or done == num_tasks:
-            progress(f"created instances: task {done}/{num_tasks}, "
-                     f"{len(records)} examples so far ({num_workers} worker(s))")
+            progress(
+                f"created instances: task {done}/{num_tasks}, "
+                f"{len(records)} examples so far ({num_workers} worker(s))"
+            )
             next_report = done + max(1, num_tasks // 10)
     return records
 

@@ -23,8 +23,7 @@ import tensorflow as tf
 
 from keras_largebatch._checks import check_bool, check_number
 from keras_largebatch._file_patterns import resolve_file_patterns
-from keras_largebatch.bert import masking
-from keras_largebatch.bert import records
+from keras_largebatch.bert import masking, records
 
 # google-research/bert's default for --short_seq_prob.
 DEFAULT_SHORT_SEQ_PROB = 0.1
@@ -45,8 +44,12 @@ class InstanceOptions:
     dynamic_masking: bool = False
 
     def __post_init__(self):
-        records.check_lengths(self.max_seq_length, self.max_predictions_per_seq,
-                              seq_length_argument="max_seq_length", min_seq_length=MIN_SEQ_LENGTH)
+        records.check_lengths(
+            self.max_seq_length,
+            self.max_predictions_per_seq,
+            seq_length_argument="max_seq_length",
+            min_seq_length=MIN_SEQ_LENGTH,
+        )
         masking.check_masked_lm_prob(self.masked_lm_prob)
         check_number("short_seq_prob", self.short_seq_prob, low=0, high=1)
         check_bool("dynamic_masking", self.dynamic_masking)
@@ -104,12 +107,12 @@ def tokenize_documents(documents, tokenizer):
     sentences = [sentence for document in documents for sentence in document]
     token_ids = []
     for start in range(0, len(sentences), TOKENIZE_BATCH_SIZE):
-        batch = tf.constant(sentences[start:start + TOKENIZE_BATCH_SIZE])
+        batch = tf.constant(sentences[start : start + TOKENIZE_BATCH_SIZE])
         token_ids.extend(list(map(int, ids)) for ids in tokenizer(batch))
     tokenized_documents = []
     position = 0
     for document in documents:
-        tokenized = [ids for ids in token_ids[position:position + len(document)] if ids]
+        tokenized = [ids for ids in token_ids[position : position + len(document)] if ids]
         position += len(document)
         if tokenized:
             tokenized_documents.append(tokenized)
@@ -169,7 +172,7 @@ def _random_next_tokens(documents, document_index, target_length, rng):
         other_index += 1
     other_document = documents[other_index]
     tokens = []
-    for sentence in other_document[rng.randrange(len(other_document)):]:
+    for sentence in other_document[rng.randrange(len(other_document)) :]:
         tokens.extend(sentence)
         if len(tokens) >= target_length:
             break

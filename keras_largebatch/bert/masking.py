@@ -69,8 +69,15 @@ def check_masked_lm_prob(masked_lm_prob):
     check_number("masked_lm_prob", masked_lm_prob, low=0, high=1, low_open=True, high_open=True)
 
 
-def num_to_predict(num_tokens, num_candidates, max_predictions_per_seq, masked_lm_prob,
-                   minimum=min, maximum=max, round_half_even=round):
+def num_to_predict(
+    num_tokens,
+    num_candidates,
+    max_predictions_per_seq,
+    masked_lm_prob,
+    minimum=min,
+    maximum=max,
+    round_half_even=round,
+):
     """Masked positions for a sequence (module docstring); Python numbers by default, int32
     tensors with ``**TENSORFLOW_OPS`` (``num_tokens`` then a float64 tensor)."""
     return minimum(
@@ -108,8 +115,16 @@ def mask_tokens(tokens, options, token_ids, rng):
     return masked_tokens, positions, [tokens[position] for position in positions]
 
 
-def mask_token_batch(token_ids, padding_mask, seed, max_predictions_per_seq, masked_lm_prob,
-                     mask_id, protected_ids, replacement_ids):
+def mask_token_batch(
+    token_ids,
+    padding_mask,
+    seed,
+    max_predictions_per_seq,
+    masked_lm_prob,
+    mask_id,
+    protected_ids,
+    replacement_ids,
+):
     """Masks a batch of ``[CLS] A [SEP] B [SEP]`` sequences (module docstring), static shapes only.
 
     The ``n`` of a sequence is ``sum(padding_mask)``; its positions are the top
@@ -155,8 +170,11 @@ def mask_token_batch(token_ids, padding_mask, seed, max_predictions_per_seq, mas
     random_ids = tf.gather(
         tf.constant(replacement_ids, token_ids.dtype),
         tf.random.stateless_uniform(
-            [batch_size, max_predictions_per_seq], replacement_seed,
-            minval=0, maxval=len(replacement_ids), dtype=tf.int32,
+            [batch_size, max_predictions_per_seq],
+            replacement_seed,
+            minval=0,
+            maxval=len(replacement_ids),
+            dtype=tf.int32,
         ),
     )
     new_ids = tf.where(
@@ -164,9 +182,10 @@ def mask_token_batch(token_ids, padding_mask, seed, max_predictions_per_seq, mas
     )
     # A one-hot sum instead of a scatter: padding slots all point at position 0, and a scatter
     # with repeated indices has no defined winner.
-    placement = tf.one_hot(positions, seq_length, dtype=token_ids.dtype) * tf.cast(
-        is_real, token_ids.dtype
-    )[:, :, None]
+    placement = (
+        tf.one_hot(positions, seq_length, dtype=token_ids.dtype)
+        * tf.cast(is_real, token_ids.dtype)[:, :, None]
+    )
     is_masked = tf.reduce_sum(placement, axis=1) > 0
     masked_token_ids = tf.where(
         is_masked, tf.reduce_sum(placement * new_ids[:, :, None], axis=1), token_ids
@@ -194,10 +213,18 @@ class DynamicMasking:
     def __call__(self, batch, seed):
         features, labels, sample_weights = batch
         masked_token_ids, positions, original_ids, weights = mask_token_batch(
-            features["token_ids"], features["padding_mask"], seed, self.max_predictions_per_seq,
-            self.masked_lm_prob, self.token_ids.mask_id, self.token_ids.protected_ids,
+            features["token_ids"],
+            features["padding_mask"],
+            seed,
+            self.max_predictions_per_seq,
+            self.masked_lm_prob,
+            self.token_ids.mask_id,
+            self.token_ids.protected_ids,
             self.token_ids.replacement_ids,
         )
         features = {**features, "token_ids": masked_token_ids, "mask_positions": positions}
-        return (features, {**labels, "masked_lm": original_ids},
-                {**sample_weights, "masked_lm": weights})
+        return (
+            features,
+            {**labels, "masked_lm": original_ids},
+            {**sample_weights, "masked_lm": weights},
+        )

@@ -131,9 +131,7 @@ class BertPretrainer(keras.Model):
         self.backbone = backbone
         self.masked_lm_loss_tracker = keras.metrics.Mean(name="masked_lm_loss")
         self.next_sentence_loss_tracker = keras.metrics.Mean(name="next_sentence_loss")
-        self.masked_lm_accuracy = keras.metrics.SparseCategoricalAccuracy(
-            name="masked_lm_accuracy"
-        )
+        self.masked_lm_accuracy = keras.metrics.SparseCategoricalAccuracy(name="masked_lm_accuracy")
         self.next_sentence_accuracy = keras.metrics.SparseCategoricalAccuracy(
             name="next_sentence_accuracy"
         )
@@ -150,9 +148,9 @@ class BertPretrainer(keras.Model):
         masked_lm_loss = ops.sum(masked_lm_losses * masked_lm_weights) / _global_sum(
             masked_lm_weights
         )
-        next_sentence_loss = ops.sum(
-            next_sentence_losses * next_sentence_weights
-        ) / _global_sum(next_sentence_weights)
+        next_sentence_loss = ops.sum(next_sentence_losses * next_sentence_weights) / _global_sum(
+            next_sentence_weights
+        )
         # The trackers average over replicas; each replica's share times the replica count
         # averages to the global value.
         replicas = _num_replicas()

@@ -36,9 +36,6 @@ import sys
 from keras_largebatch._logging import quiet_tensorflow_logs
 from keras_largebatch.training import command
 
-__all__ = ["REPORTED_METRICS", "SUMMARY_FILENAME", "build_model", "build_optimizer",
-           "build_parser", "main", "pretrain"]
-
 
 def __getattr__(name):
     # Names this module has always offered, imported on first use so that `main` can quiet

@@ -23,10 +23,7 @@ import tensorflow as tf
 
 from keras_largebatch._checks import check_bool, check_integer, check_optional_integer
 from keras_largebatch.bert import corpus as corpus_lib
-from keras_largebatch.bert import instance_tasks
-from keras_largebatch.bert import instances
-from keras_largebatch.bert import masking
-from keras_largebatch.bert import records
+from keras_largebatch.bert import instance_tasks, instances, masking, records
 from keras_largebatch.bert import vocab as vocab_lib
 
 RECORD_FILE_PREFIX = "pretraining"
@@ -106,8 +103,9 @@ def create_pretraining_data(
     options = instances.InstanceOptions(
         max_seq_length, max_predictions_per_seq, masked_lm_prob, short_seq_prob, dynamic_masking
     )
-    _check_run_arguments(vocabulary_size, dupe_factor, num_output_shards, seed, num_workers,
-                         overwrite, progress)
+    _check_run_arguments(
+        vocabulary_size, dupe_factor, num_output_shards, seed, num_workers, overwrite, progress
+    )
     input_paths = instances.resolve_input_files(input_files)
     if vocab_file is not None and not os.path.isfile(vocab_file):
         raise FileNotFoundError(f"vocab_file {vocab_file!r} does not exist")
@@ -116,8 +114,9 @@ def create_pretraining_data(
     if vocab_file is None:
         planned.append(os.path.join(output_dir, VOCABULARY_FILENAME))
     _claim_outputs(output_dir, planned, overwrite)
-    config = _run_config(input_paths, vocab_file, vocabulary_size, options, dupe_factor,
-                         num_output_shards, seed)
+    config = _run_config(
+        input_paths, vocab_file, vocabulary_size, options, dupe_factor, num_output_shards, seed
+    )
     return _create(input_paths, output_dir, config, options, num_workers, _Progress(progress))
 
 
@@ -149,12 +148,14 @@ def create_default_pretraining_data(
     options = instances.InstanceOptions(
         max_seq_length, max_predictions_per_seq, masked_lm_prob, short_seq_prob, dynamic_masking
     )
-    _check_run_arguments(vocabulary_size, dupe_factor, num_output_shards, seed, num_workers,
-                         overwrite, progress)
+    _check_run_arguments(
+        vocabulary_size, dupe_factor, num_output_shards, seed, num_workers, overwrite, progress
+    )
     corpus_file = os.path.join(output_dir, corpus_lib.DEFAULT_CORPUS_FILENAME)
     config = {
-        **_run_config([corpus_file], None, vocabulary_size, options, dupe_factor,
-                      num_output_shards, seed),
+        **_run_config(
+            [corpus_file], None, vocabulary_size, options, dupe_factor, num_output_shards, seed
+        ),
         "default_corpus_python": sys.version.split()[0],
     }
     manifest_file = os.path.join(output_dir, MANIFEST_FILENAME)
@@ -165,11 +166,16 @@ def create_default_pretraining_data(
         if manifest["config"] == config and all(map(os.path.isfile, expected_files)):
             _Progress(progress)(f"reusing {manifest['num_examples']} examples in {output_dir}")
             return PretrainingData(
-                manifest["record_files"], manifest["vocab_file"], manifest["num_examples"],
-                manifest_file, config,
+                manifest["record_files"],
+                manifest["vocab_file"],
+                manifest["num_examples"],
+                manifest_file,
+                config,
             )
     planned = record_file_names(output_dir, num_output_shards) + [
-        manifest_file, corpus_file, os.path.join(output_dir, VOCABULARY_FILENAME),
+        manifest_file,
+        corpus_file,
+        os.path.join(output_dir, VOCABULARY_FILENAME),
     ]
     # The manifest is written last: without it, a directory holding nothing but this
     # function's own (regenerable) files is an interrupted earlier call, redone here.
@@ -189,8 +195,9 @@ def record_file_names(output_dir, num_output_shards):
     ]
 
 
-def _check_run_arguments(vocabulary_size, dupe_factor, num_output_shards, seed, num_workers,
-                         overwrite, progress):
+def _check_run_arguments(
+    vocabulary_size, dupe_factor, num_output_shards, seed, num_workers, overwrite, progress
+):
     check_integer("vocabulary_size", vocabulary_size)
     for argument, value in (("dupe_factor", dupe_factor), ("num_output_shards", num_output_shards)):
         if check_integer(argument, value) < 1:
@@ -201,8 +208,9 @@ def _check_run_arguments(vocabulary_size, dupe_factor, num_output_shards, seed, 
     check_bool("progress", progress)
 
 
-def _run_config(input_files, vocab_file, vocabulary_size, options, dupe_factor,
-                num_output_shards, seed):
+def _run_config(
+    input_files, vocab_file, vocabulary_size, options, dupe_factor, num_output_shards, seed
+):
     """What a manifest records of the arguments that decide the output bytes."""
     return {
         "input_files": input_files,
@@ -219,8 +227,10 @@ def _create(input_paths, output_dir, config, options, num_workers, progress):
     """Reads, tokenizes, creates, shuffles and writes; the manifest last."""
     documents = instances.read_documents(input_paths)
     num_sentences = sum(len(document) for document in documents)
-    progress(f"read {len(documents)} documents, {num_sentences} sentences "
-             f"from {len(input_paths)} file(s)")
+    progress(
+        f"read {len(documents)} documents, {num_sentences} sentences "
+        f"from {len(input_paths)} file(s)"
+    )
     if config["vocab_file"] is None:
         vocabulary = vocab_lib.build_vocabulary(
             [sentence for document in documents for sentence in document],
@@ -247,26 +257,36 @@ def _create(input_paths, output_dir, config, options, num_workers, progress):
         num_workers, num_tokens, config["dupe_factor"], len(tasks)
     )
     serialized = instance_tasks.run_tasks(
-        tasks, documents, options, masking.TokenIds.from_vocabulary(vocabulary), num_workers,
+        tasks,
+        documents,
+        options,
+        masking.TokenIds.from_vocabulary(vocabulary),
+        num_workers,
         progress,
     )
     random.Random(config["seed"]).shuffle(serialized)
     record_files = record_file_names(output_dir, config["num_output_shards"])
     for shard_index, path in enumerate(record_files):
-        shard_records = serialized[shard_index::len(record_files)]
+        shard_records = serialized[shard_index :: len(record_files)]
         with tf.io.TFRecordWriter(path) as writer:
             for record in shard_records:
                 writer.write(record)
-        progress(f"wrote shard {shard_index + 1}/{len(record_files)}: {path} "
-                 f"({len(shard_records)} examples)")
+        progress(
+            f"wrote shard {shard_index + 1}/{len(record_files)}: {path} "
+            f"({len(shard_records)} examples)"
+        )
     manifest_file = os.path.join(output_dir, MANIFEST_FILENAME)
     with open(manifest_file, "w", encoding="utf-8") as manifest:
-        json.dump({
-            "config": config,
-            "vocab_file": vocab_file,
-            "record_files": record_files,
-            "num_examples": len(serialized),
-        }, manifest, indent=2)
+        json.dump(
+            {
+                "config": config,
+                "vocab_file": vocab_file,
+                "record_files": record_files,
+                "num_examples": len(serialized),
+            },
+            manifest,
+            indent=2,
+        )
     progress(f"done: {len(serialized)} examples")
     return PretrainingData(record_files, vocab_file, len(serialized), manifest_file, config)
 

@@ -9,8 +9,7 @@ import os
 import keras
 import tensorflow as tf
 
-from keras_largebatch.bert import create_data
-from keras_largebatch.bert import input_pipeline
+from keras_largebatch.bert import create_data, input_pipeline
 from keras_largebatch.bert import model as model_lib
 from keras_largebatch.bert import vocab as vocab_lib
 from keras_largebatch.optimizers import LAMB, ExclusionRule
@@ -19,7 +18,10 @@ from keras_largebatch.training.recipe import Recipe
 
 # The window metrics reported in progress lines and the summary, in this order.
 REPORTED_METRICS = (
-    "loss", "masked_lm_loss", "masked_lm_accuracy", "next_sentence_loss",
+    "loss",
+    "masked_lm_loss",
+    "masked_lm_accuracy",
+    "next_sentence_loss",
     "next_sentence_accuracy",
 )
 
@@ -33,8 +35,11 @@ class BertPretraining(Recipe):
 
     name = "pretrain"
     reported_metrics = REPORTED_METRICS
-    progress_metrics = (("loss", "loss"), ("mlm_acc", "masked_lm_accuracy"),
-                        ("nsp_acc", "next_sentence_accuracy"))
+    progress_metrics = (
+        ("loss", "loss"),
+        ("mlm_acc", "masked_lm_accuracy"),
+        ("nsp_acc", "next_sentence_accuracy"),
+    )
 
     def __init__(self, config):
         self.config = config
@@ -47,8 +52,7 @@ class BertPretraining(Recipe):
         self.record_files, self.vocab_file = prepare_data(self.config, log)
 
     def vocabulary_size(self):
-        return (self.config.model.vocabulary_size
-                or len(vocab_lib.load_vocabulary(self.vocab_file)))
+        return self.config.model.vocabulary_size or len(vocab_lib.load_vocabulary(self.vocab_file))
 
     def build_model(self):
         return build_model(self.config, self.vocabulary_size())
@@ -59,9 +63,14 @@ class BertPretraining(Recipe):
     def dataset(self, phase_index, batch_size, input_context, shuffle_seed):
         phase = self.config.phases[phase_index]
         return input_pipeline.make_pretraining_dataset(
-            self.record_files[phase_index], phase.seq_length, phase.max_predictions_per_seq,
-            batch_size, is_training=shuffle_seed is not None, input_context=input_context,
-            seed=shuffle_seed, shuffle_buffer_size=self.config.data.shuffle_buffer_size,
+            self.record_files[phase_index],
+            phase.seq_length,
+            phase.max_predictions_per_seq,
+            batch_size,
+            is_training=shuffle_seed is not None,
+            input_context=input_context,
+            seed=shuffle_seed,
+            shuffle_buffer_size=self.config.data.shuffle_buffer_size,
         )
 
     def phase_summary(self, phase_index):
@@ -122,8 +131,9 @@ def build_optimizer(optimizer_config, phase, model):
             **common,
         )
     optimizer = keras.optimizers.AdamW(**common)
-    rule = ExclusionRule(list(optimizer_config.exclude_from_weight_decay),
-                         "optimizer.exclude_from_weight_decay")
+    rule = ExclusionRule(
+        list(optimizer_config.exclude_from_weight_decay), "optimizer.exclude_from_weight_decay"
+    )
     optimizer.exclude_from_weight_decay(
         var_list=[variable for variable in model.trainable_variables if rule.excludes(variable)]
     )
@@ -138,8 +148,9 @@ def prepare_data(config, log):
         if phase.input_files is not None:
             files = input_pipeline.resolve_record_files(phase.input_files)
             for path in files:
-                input_pipeline.check_record_file(path, phase.seq_length,
-                                                 phase.max_predictions_per_seq)
+                input_pipeline.check_record_file(
+                    path, phase.seq_length, phase.max_predictions_per_seq
+                )
             record_files[index] = files
     vocab_file = config.data.vocab_file
     if vocab_file is not None and not tf.io.gfile.exists(vocab_file):
@@ -153,8 +164,11 @@ def prepare_data(config, log):
         if record_files[index] is not None:
             continue
         data = create_data.create_default_pretraining_data(
-            os.path.join(config.output_dir, "data",
-                         f"seq{phase.seq_length}-pred{phase.max_predictions_per_seq}"),
+            os.path.join(
+                config.output_dir,
+                "data",
+                f"seq{phase.seq_length}-pred{phase.max_predictions_per_seq}",
+            ),
             max_seq_length=phase.seq_length,
             max_predictions_per_seq=phase.max_predictions_per_seq,
             vocabulary_size=config.data.vocabulary_size,
@@ -163,8 +177,10 @@ def prepare_data(config, log):
             overwrite=config.overwrite,
             progress=True,
         )
-        log(f"phase {index + 1} data: {data.num_examples} examples in "
-            f"{os.path.dirname(data.record_files[0])}")
+        log(
+            f"phase {index + 1} data: {data.num_examples} examples in "
+            f"{os.path.dirname(data.record_files[0])}"
+        )
         if vocab_file is None:
             vocab_file = data.vocab_file
         elif vocab_lib.load_vocabulary(vocab_file) != vocab_lib.load_vocabulary(data.vocab_file):

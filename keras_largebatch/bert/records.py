@@ -86,8 +86,9 @@ def record_features(masked=True):
     )
 
 
-def check_lengths(seq_length, max_predictions_per_seq, seq_length_argument=SEQ_LENGTH,
-                  min_seq_length=1):
+def check_lengths(
+    seq_length, max_predictions_per_seq, seq_length_argument=SEQ_LENGTH, min_seq_length=1
+):
     """Raises unless the two record lengths are integers with ``1 <= max_predictions_per_seq <=
     seq_length`` and ``seq_length >= min_seq_length``; ``seq_length_argument`` names the first
     in the messages."""
@@ -136,8 +137,9 @@ def _name_in_file(feature, spellings):
     return dict(zip(DEFAULT_SPELLINGS, spellings)).get(feature.name, feature.name)
 
 
-def check_example_features(feature_map, seq_length, max_predictions_per_seq, masked, spellings,
-                           source):
+def check_example_features(
+    feature_map, seq_length, max_predictions_per_seq, masked, spellings, source
+):
     """Raises ValueError, naming ``source``, for a feature of the schema that ``feature_map``
     lacks, holds as another kind, or holds with another number of values."""
     for feature in record_features(masked):
@@ -146,8 +148,9 @@ def check_example_features(feature_map, seq_length, max_predictions_per_seq, mas
             raise ValueError(f"{source} lacks feature {name!r}; it has {sorted(feature_map)}")
         actual_kind = feature_map[name].WhichOneof("kind")
         if actual_kind != feature.kind:
-            raise ValueError(f"{source}: feature {name!r} is a {actual_kind}, expected a "
-                             f"{feature.kind}")
+            raise ValueError(
+                f"{source}: feature {name!r} is a {actual_kind}, expected a {feature.kind}"
+            )
         actual_length = len(getattr(feature_map[name], feature.kind).value)
         expected_length = feature.num_values(seq_length, max_predictions_per_seq)
         if actual_length != expected_length:

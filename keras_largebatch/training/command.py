@@ -13,13 +13,20 @@ def build_parser(prog, description, example_overrides):
         description=description,
         epilog=f"Overrides use dotted keys and YAML values, e.g. {example_overrides}",
     )
-    parser.add_argument("--config", default=None, metavar="FILE.yaml",
-                        help="YAML file with any subset of the config's fields (default: the "
-                             "embedded defaults)")
-    parser.add_argument("--print_config", action="store_true",
-                        help="print the resolved config as YAML and exit without training")
-    parser.add_argument("overrides", nargs="*", metavar="KEY=VALUE",
-                        help="config overrides applied after the file")
+    parser.add_argument(
+        "--config",
+        default=None,
+        metavar="FILE.yaml",
+        help="YAML file with any subset of the config's fields (default: the embedded defaults)",
+    )
+    parser.add_argument(
+        "--print_config",
+        action="store_true",
+        help="print the resolved config as YAML and exit without training",
+    )
+    parser.add_argument(
+        "overrides", nargs="*", metavar="KEY=VALUE", help="config overrides applied after the file"
+    )
     return parser
 
 

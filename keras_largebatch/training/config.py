@@ -58,8 +58,10 @@ class PhaseConfig:
             )
         # One training call runs steps_per_execution micro-batches; Keras would run past the
         # end of a logging window (and of the phase) that is not a whole number of calls.
-        for steps, what in ((run.log_interval, "log_interval"),
-                            (self.steps % run.log_interval, f"{key}.steps % log_interval")):
+        for steps, what in (
+            (run.log_interval, "log_interval"),
+            (self.steps % run.log_interval, f"{key}.steps % log_interval"),
+        ):
             micro_steps = steps * self.gradient_accumulation_steps
             if micro_steps % run.steps_per_execution:
                 raise ValueError(
@@ -99,8 +101,12 @@ class RunConfig:
         """
         _checks.check_choice("mixed_precision", self.mixed_precision, MIXED_PRECISION_POLICIES)
         _checks.check_choice("strategy.name", self.strategy.name, STRATEGY_NAMES)
-        for name in ("checkpoint_interval", "log_interval", "keep_checkpoints",
-                     "steps_per_execution"):
+        for name in (
+            "checkpoint_interval",
+            "log_interval",
+            "keep_checkpoints",
+            "steps_per_execution",
+        ):
             _checks.check_integer(name, getattr(self, name), low=1)
         if self.checkpoint_interval % self.log_interval:
             raise ValueError(
@@ -155,8 +161,9 @@ def apply_override(config, override):
     """Returns a new config of the same class with one ``"key=value"`` override applied (not
     validated)."""
     if not isinstance(override, str) or "=" not in override:
-        raise ValueError(f"an override must look like key=value (e.g. phases.0.steps=100), "
-                         f"got {override!r}")
+        raise ValueError(
+            f"an override must look like key=value (e.g. phases.0.steps=100), got {override!r}"
+        )
     key, text = override.split("=", 1)
     key = key.strip()
     try:
@@ -177,11 +184,14 @@ def _child(container, part, path, key):
         return container[_list_index(container, part, path, key)]
     if not isinstance(container, dict) or part not in container:
         valid = sorted(container) if isinstance(container, dict) else []
-        raise ValueError(f"unknown config key {path!r} in override {key!r}; valid keys here: "
-                         f"{valid}")
+        raise ValueError(
+            f"unknown config key {path!r} in override {key!r}; valid keys here: {valid}"
+        )
     if container[part] is None:
-        raise ValueError(f"config key {path!r} is null; set it whole (e.g. {path}=[...]) rather "
-                         f"than an item of it")
+        raise ValueError(
+            f"config key {path!r} is null; set it whole (e.g. {path}=[...]) rather "
+            f"than an item of it"
+        )
     return container[part]
 
 
@@ -212,8 +222,7 @@ def _build(cls, values, key):
     unknown = sorted(set(values) - fields)
     if unknown:
         prefix = "" if key == "config" else f"{key}."
-        raise ValueError(f"unknown config key {prefix}{unknown[0]!s}; valid keys: "
-                         f"{sorted(fields)}")
+        raise ValueError(f"unknown config key {prefix}{unknown[0]!s}; valid keys: {sorted(fields)}")
     hints = typing.get_type_hints(cls)
     kwargs = {}
     for name, value in values.items():

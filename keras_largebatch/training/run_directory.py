@@ -39,8 +39,9 @@ class RunDirectory:
     def __init__(self, config):
         self.config = config
         self.output_dir = config.output_dir
-        self.checkpoint_dir = config.checkpoint_dir or os.path.join(config.output_dir,
-                                                                    "checkpoints")
+        self.checkpoint_dir = config.checkpoint_dir or os.path.join(
+            config.output_dir, "checkpoints"
+        )
         self.log_dir = os.path.join(config.output_dir, "logs")
         self.config_path = os.path.join(config.output_dir, RUN_CONFIG_FILENAME)
         self.summary_path = os.path.join(config.output_dir, SUMMARY_FILENAME)
@@ -73,8 +74,11 @@ class RunDirectory:
                 "output_dir, run with the same config to resume it, or pass overwrite=true to "
                 "start over"
             )
-        elif (not tf.io.gfile.exists(self.config_path) and tf.io.gfile.isdir(self.output_dir)
-              and tf.io.gfile.listdir(self.output_dir)):
+        elif (
+            not tf.io.gfile.exists(self.config_path)
+            and tf.io.gfile.isdir(self.output_dir)
+            and tf.io.gfile.listdir(self.output_dir)
+        ):
             raise ValueError(
                 f"output_dir {self.output_dir!r} is not empty and holds no "
                 f"{RUN_CONFIG_FILENAME}, so it is not a training run's directory; choose "
@@ -102,11 +106,14 @@ class RunDirectory:
             return []
         names = []
         for name in tf.io.gfile.listdir(self.checkpoint_dir):
-            stem = name[:-len(UNREADABLE_SUFFIX)] if name.endswith(UNREADABLE_SUFFIX) else name
+            stem = name[: -len(UNREADABLE_SUFFIX)] if name.endswith(UNREADABLE_SUFFIX) else name
             if stem is not name and not include_unreadable:
                 continue
-            if (stem.startswith(CHECKPOINT_PREFIX) and stem.endswith(CHECKPOINT_SUFFIX)
-                    and stem[len(CHECKPOINT_PREFIX):-len(CHECKPOINT_SUFFIX)].isdigit()):
+            if (
+                stem.startswith(CHECKPOINT_PREFIX)
+                and stem.endswith(CHECKPOINT_SUFFIX)
+                and stem[len(CHECKPOINT_PREFIX) : -len(CHECKPOINT_SUFFIX)].isdigit()
+            ):
                 names.append(name)
         return sorted(names)
 
@@ -147,11 +154,15 @@ class RunDirectory:
         kept = path + UNREADABLE_SUFFIX
         if self.writes and tf.io.gfile.exists(path):
             tf.io.gfile.rename(path, kept, overwrite=True)
-            warn(f"checkpoint {path} cannot be read ({problem}); kept as {kept}; resuming from "
-                 "the newest older checkpoint")
+            warn(
+                f"checkpoint {path} cannot be read ({problem}); kept as {kept}; resuming from "
+                "the newest older checkpoint"
+            )
         else:
-            warn(f"checkpoint {path} cannot be read ({problem}); resuming from the newest "
-                 "older checkpoint")
+            warn(
+                f"checkpoint {path} cannot be read ({problem}); resuming from the newest "
+                "older checkpoint"
+            )
 
     def save_checkpoint(self, model, state):
         """Writes weights and optimizer state, then the state file naming them, atomically.
@@ -164,18 +175,23 @@ class RunDirectory:
         if not self.writes:
             return path
         tf.io.gfile.makedirs(self.checkpoint_dir)
-        temporary = os.path.join(self.checkpoint_dir,
-                                 f"{CHECKPOINT_PREFIX}partial{CHECKPOINT_SUFFIX}")
+        temporary = os.path.join(
+            self.checkpoint_dir, f"{CHECKPOINT_PREFIX}partial{CHECKPOINT_SUFFIX}"
+        )
         model.save_weights(temporary, overwrite=True)
         tf.io.gfile.rename(temporary, path, overwrite=True)
         entry = dict(state, checkpoint=path)
         previous = self.state()
         # Entries at or after this step are of checkpoints a resume from an older one replaces.
-        kept = [old for old in _kept(previous)
-                if old["checkpoint"] != path and old["global_step"] < state["global_step"]]
-        kept = (kept + [_entry(entry)])[-self.config.keep_checkpoints:]
-        write_atomically(self.state_path, json.dumps(
-            dict(entry, kept=kept, config=self._run_config()), indent=2))
+        kept = [
+            old
+            for old in _kept(previous)
+            if old["checkpoint"] != path and old["global_step"] < state["global_step"]
+        ]
+        kept = (kept + [_entry(entry)])[-self.config.keep_checkpoints :]
+        write_atomically(
+            self.state_path, json.dumps(dict(entry, kept=kept, config=self._run_config()), indent=2)
+        )
         keep = {os.path.basename(old["checkpoint"]) for old in kept}
         for old in self._checkpoint_names():
             if old not in keep:
@@ -194,8 +210,9 @@ class RunDirectory:
         )
         with self._writer.as_default():
             for name, value in metrics.items():
-                tf.summary.write(name, tf.constant(value, tf.float32), step=global_step,
-                                 metadata=metadata)
+                tf.summary.write(
+                    name, tf.constant(value, tf.float32), step=global_step, metadata=metadata
+                )
         self._writer.flush()
 
     def has_summary(self):
@@ -216,8 +233,7 @@ def checkpoint_problem(path):
         return "missing"
     try:
         with tf.io.gfile.GFile(path, "rb") as stream, h5py.File(stream, "r") as file:
-            file.visititems(lambda name, item: item[()] if isinstance(item, h5py.Dataset)
-                            else None)
+            file.visititems(lambda name, item: item[()] if isinstance(item, h5py.Dataset) else None)
     except (OSError, ValueError, KeyError, RuntimeError) as error:
         return f"{type(error).__name__}: {error}"
     return None
@@ -239,11 +255,15 @@ def _entry(state):
 def _differences(old, new, prefix=""):
     if isinstance(old, dict) and isinstance(new, dict):
         keys = set(old) | set(new)
-        return [d for key in keys
-                for d in _differences(old.get(key), new.get(key), f"{prefix}{key}.")]
+        return [
+            d for key in keys for d in _differences(old.get(key), new.get(key), f"{prefix}{key}.")
+        ]
     if isinstance(old, list) and isinstance(new, list) and len(old) == len(new):
-        return [d for index, (a, b) in enumerate(zip(old, new))
-                for d in _differences(a, b, f"{prefix}{index}.")]
+        return [
+            d
+            for index, (a, b) in enumerate(zip(old, new))
+            for d in _differences(a, b, f"{prefix}{index}.")
+        ]
     return [] if old == new else [prefix.rstrip(".")]
 
 

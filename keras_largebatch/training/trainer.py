@@ -55,9 +55,11 @@ def train(config, recipe, callbacks=(), log=None):
     run = RunDirectory(config)
     state = run.claim()
     if state is not None and state["complete"] and run.has_summary():
-        log(f"the run in {config.output_dir} is already complete ({state['global_step']} "
+        log(
+            f"the run in {config.output_dir} is already complete ({state['global_step']} "
             f"steps); its summary is {run.summary_path}. Use another output_dir, or "
-            "overwrite=true to train again")
+            "overwrite=true to train again"
+        )
         return run.read_summary()
     # A complete state without a summary (killed just before writing it) goes on below: the
     # last phase-end checkpoint leaves no step to train, and the summary is written.
@@ -72,8 +74,10 @@ def train(config, recipe, callbacks=(), log=None):
     if state is not None:
         state = run.readable_state(warn=lambda line: log(f"warning: {line}"))
     description = describe_strategy(strategy)
-    log(f"strategy {description['kind']} with {num_replicas} replica(s) on "
-        f"{description['devices']}; mixed precision {config.mixed_precision}")
+    log(
+        f"strategy {description['kind']} with {num_replicas} replica(s) on "
+        f"{description['devices']}; mixed precision {config.mixed_precision}"
+    )
 
     keras.utils.set_random_seed(config.seed)
     with strategy.scope():
@@ -86,18 +90,31 @@ def train(config, recipe, callbacks=(), log=None):
             # optimizer, so only the model's weights are loaded (the model has no optimizer yet).
             model.load_weights(state["checkpoint"])
             start_phase, start_step = start_phase + 1, 0
-        log(f"resuming from {state['checkpoint']} at phase {start_phase + 1}, step {start_step} "
-            f"(global step {state['global_step']})")
+        log(
+            f"resuming from {state['checkpoint']} at phase {start_phase + 1}, step {start_step} "
+            f"(global step {state['global_step']})"
+        )
 
     history = RunHistory(state, recipe.reported_metrics)
     for index in range(start_phase, len(config.phases)):
         phase_start = start_step if index == start_phase else 0
-        if not _run_phase(config, recipe, index, phase_start, model, strategy, run, history,
-                          state if index == start_phase and phase_start else None,
-                          list(callbacks), log):
+        if not _run_phase(
+            config,
+            recipe,
+            index,
+            phase_start,
+            model,
+            strategy,
+            run,
+            history,
+            state if index == start_phase and phase_start else None,
+            list(callbacks),
+            log,
+        ):
             break  # the recipe's target was reached
-    summary = history.summary(description, run.state()["checkpoint"],
-                              time.perf_counter() - start_time)
+    summary = history.summary(
+        description, run.state()["checkpoint"], time.perf_counter() - start_time
+    )
     summary.update(recipe.summary())
     run.write_summary(summary)
     return summary
@@ -147,20 +164,26 @@ def build_optimizer(recipe, phase_index, model, mixed_precision):
     return optimizer
 
 
-def _run_phase(config, recipe, index, start_step, model, strategy, run, history, resume_state,
-               callbacks, log):
+def _run_phase(
+    config, recipe, index, start_step, model, strategy, run, history, resume_state, callbacks, log
+):
     phase = config.phases[index]
     with strategy.scope():
         optimizer = build_optimizer(recipe, index, model, config.mixed_precision)
-        model.compile(optimizer=optimizer, steps_per_execution=config.steps_per_execution,
-                      **recipe.compile_arguments(index))
+        model.compile(
+            optimizer=optimizer,
+            steps_per_execution=config.steps_per_execution,
+            **recipe.compile_arguments(index),
+        )
         optimizer.build(model.trainable_variables)
     if resume_state is not None:
         model.load_weights(resume_state["checkpoint"])
-    log(f"phase {index + 1}/{len(config.phases)}: {phase.steps} steps of "
+    log(
+        f"phase {index + 1}/{len(config.phases)}: {phase.steps} steps of "
         f"{phase.global_batch_size} examples"
         + "".join(f", {key} {value}" for key, value in recipe.phase_summary(index).items())
-        + (f", from step {start_step}" if start_step else ""))
+        + (f", from step {start_step}" if start_step else "")
+    )
     windows = _LoggingWindows(config, recipe, index, start_step, run, history, log)
     inner = getattr(optimizer, "inner_optimizer", optimizer)
     phase_callbacks = recipe.callbacks(index) + [LearningRateLogger()]
@@ -230,8 +253,9 @@ class _LoggingWindows(keras.callbacks.Callback):
         metrics = {name: float(value) for name, value in (logs or {}).items()}
         metrics["examples_per_second"] = examples_per_second
         self.history.add_window(global_step, metrics, steps, seconds, self.phase.global_batch_size)
-        reported = " ".join(f"{label} {metrics[name]:.4f}"
-                            for label, name in self.recipe.progress_metrics)
+        reported = " ".join(
+            f"{label} {metrics[name]:.4f}" for label, name in self.recipe.progress_metrics
+        )
         self.log(
             f"phase {self.phase_index + 1} step {self.step}/{self.phase.steps} "
             f"(global {global_step}): {reported} "
@@ -239,22 +263,30 @@ class _LoggingWindows(keras.callbacks.Callback):
             f"{examples_per_second:,.0f} examples/s, {self.history.elapsed():.0f} s elapsed"
         )
         evaluation = self._evaluate(global_step)
-        self.run.write_scalars(global_step, {
-            **metrics, **{f"eval_{name}": value for name, value in (evaluation or {}).items()}
-        })
-        complete = ((self.phase_index == len(self.config.phases) - 1
-                     and self.step == self.phase.steps) or self.history.target is not None)
-        if (self.step % self.config.checkpoint_interval == 0 or self.step == self.phase.steps
-                or complete):
-            path = self.run.save_checkpoint(self.model, {
-                "phase": self.phase_index,
-                "step": self.step,
-                "global_step": global_step,
-                "complete": complete,
-                # Kept in the state too, so a run killed between its last checkpoint and its
-                # summary can still write the summary without training again.
-                **self.history.state(),
-            })
+        self.run.write_scalars(
+            global_step,
+            {**metrics, **{f"eval_{name}": value for name, value in (evaluation or {}).items()}},
+        )
+        complete = (
+            self.phase_index == len(self.config.phases) - 1 and self.step == self.phase.steps
+        ) or self.history.target is not None
+        if (
+            self.step % self.config.checkpoint_interval == 0
+            or self.step == self.phase.steps
+            or complete
+        ):
+            path = self.run.save_checkpoint(
+                self.model,
+                {
+                    "phase": self.phase_index,
+                    "step": self.step,
+                    "global_step": global_step,
+                    "complete": complete,
+                    # Kept in the state too, so a run killed between its last checkpoint and its
+                    # summary can still write the summary without training again.
+                    **self.history.state(),
+                },
+            )
             self.log(f"checkpoint {path}")
         if self.history.target is not None:
             self.model.stop_training = True
@@ -263,14 +295,20 @@ class _LoggingWindows(keras.callbacks.Callback):
         interval = self.recipe.evaluation_interval(self.phase_index)
         if not interval or (self.step % interval and self.step != self.phase.steps):
             return None
-        evaluation = {name: float(value)
-                      for name, value in self.recipe.evaluate(self.model).items()}
+        evaluation = {
+            name: float(value) for name, value in self.recipe.evaluate(self.model).items()
+        }
         reached = self.recipe.target_reached(evaluation)
         self.history.add_evaluation(global_step, evaluation, reached)
-        self.log(f"evaluation at global step {global_step}: "
-                 + " ".join(f"{name} {value:.4f}" for name, value in evaluation.items())
-                 + (f"; target reached after {self.history.elapsed():.0f} s of training"
-                    if reached else ""))
+        self.log(
+            f"evaluation at global step {global_step}: "
+            + " ".join(f"{name} {value:.4f}" for name, value in evaluation.items())
+            + (
+                f"; target reached after {self.history.elapsed():.0f} s of training"
+                if reached
+                else ""
+            )
+        )
         return evaluation
 
 
@@ -301,8 +339,13 @@ class RunHistory:
 
     def state(self):
         """What a checkpoint keeps of the history, for a resumed run's summary."""
-        return {"initial": self.initial, "final": self.final, "evaluations": self.evaluations,
-                "target": self.target, "elapsed_seconds": self.elapsed()}
+        return {
+            "initial": self.initial,
+            "final": self.final,
+            "evaluations": self.evaluations,
+            "target": self.target,
+            "elapsed_seconds": self.elapsed(),
+        }
 
     def add_window(self, global_step, metrics, steps, seconds, global_batch_size):
         reported = {name: metrics[name] for name in self.reported_metrics}
@@ -314,8 +357,9 @@ class RunHistory:
 
     def add_evaluation(self, global_step, evaluation, reached):
         elapsed = self.elapsed()
-        self.evaluations.append({"global_step": global_step, "elapsed_seconds": elapsed,
-                                 **evaluation})
+        self.evaluations.append(
+            {"global_step": global_step, "elapsed_seconds": elapsed, **evaluation}
+        )
         if reached and self.target is None:
             self.target = {"global_step": global_step, "seconds": elapsed}
 
@@ -324,13 +368,15 @@ class RunHistory:
         windows = self._windows[1:] or self._windows
         examples = sum(count for count, _ in windows)
         seconds = sum(seconds for _, seconds in windows)
-        self.phases.append({
-            "phase": index + 1,
-            "steps": phase.steps,
-            **recipe_fields,
-            "global_batch_size": phase.global_batch_size,
-            "examples_per_second": examples / seconds if seconds else None,
-        })
+        self.phases.append(
+            {
+                "phase": index + 1,
+                "steps": phase.steps,
+                **recipe_fields,
+                "global_batch_size": phase.global_batch_size,
+                "examples_per_second": examples / seconds if seconds else None,
+            }
+        )
         self._windows = []
 
     def summary(self, strategy_description, checkpoint, wall_time):

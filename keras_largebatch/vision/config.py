@@ -45,11 +45,13 @@ class PhaseConfig(training_config.PhaseConfig):
 
     def validate(self, key, run):
         super().validate(key, run)
-        _checks.check_number(f"{key}.peak_learning_rate", self.peak_learning_rate, low=0,
-                             low_open=True)
+        _checks.check_number(
+            f"{key}.peak_learning_rate", self.peak_learning_rate, low=0, low_open=True
+        )
         _checks.check_number(f"{key}.warmup_epochs", self.warmup_epochs, low=0)
-        _checks.check_number(f"{key}.end_learning_rate", self.end_learning_rate, low=0,
-                             high=self.peak_learning_rate)
+        _checks.check_number(
+            f"{key}.end_learning_rate", self.end_learning_rate, low=0, high=self.peak_learning_rate
+        )
         _checks.check_number(f"{key}.power", self.power, low=0, low_open=True)
 
 
@@ -105,8 +107,7 @@ class TrainConfig(training_config.RunConfig):
 
     def validate(self):
         """Checks values and relations between fields; raises naming the field. Returns self."""
-        _checks.check_choice("model.architecture", self.model.architecture,
-                             tuple(ARCHITECTURES))
+        _checks.check_choice("model.architecture", self.model.architecture, tuple(ARCHITECTURES))
         _checks.check_choice("optimizer.name", self.optimizer.name, OPTIMIZER_NAMES)
         _checks.check_choice("data.dataset", self.data.dataset, DATASETS)
         super().validate()
@@ -120,26 +121,30 @@ class TrainConfig(training_config.RunConfig):
             _checks.check_number("target_accuracy", self.target_accuracy, low=0, high=1)
         _checks.check_integer("model.num_classes", self.model.num_classes, low=2)
         _checks.check_integer("model.image_size", self.model.image_size, low=8)
-        _checks.check_number("model.label_smoothing", self.model.label_smoothing, low=0,
-                             high=1, high_open=True)
+        _checks.check_number(
+            "model.label_smoothing", self.model.label_smoothing, low=0, high=1, high_open=True
+        )
         optimizer = self.optimizer
-        _checks.check_number("optimizer.momentum", optimizer.momentum, low=0, high=1,
-                             high_open=True)
+        _checks.check_number(
+            "optimizer.momentum", optimizer.momentum, low=0, high=1, high_open=True
+        )
         _checks.check_number("optimizer.weight_decay", optimizer.weight_decay, low=0)
-        _checks.check_number("optimizer.trust_coefficient", optimizer.trust_coefficient, low=0,
-                             low_open=True)
+        _checks.check_number(
+            "optimizer.trust_coefficient", optimizer.trust_coefficient, low=0, low_open=True
+        )
         _checks.check_number("optimizer.epsilon", optimizer.epsilon, low=0)
         data = self.data
         _checks.check_integer("data.label_offset", data.label_offset, low=0)
-        _checks.check_optional_integer("data.num_train_examples", data.num_train_examples,
-                                       low=1)
+        _checks.check_optional_integer("data.num_train_examples", data.num_train_examples, low=1)
         _checks.check_integer("data.eval_batch_size", data.eval_batch_size, low=1)
         _checks.check_integer("data.shuffle_buffer_size", data.shuffle_buffer_size, low=1)
         if data.dataset == "imagenet":
             for name in ("train_files", "eval_files"):
                 if not getattr(data, name):
-                    raise ValueError(f"data.{name} must name record files for data.dataset="
-                                     f"'imagenet', got {getattr(data, name)!r}")
+                    raise ValueError(
+                        f"data.{name} must name record files for data.dataset="
+                        f"'imagenet', got {getattr(data, name)!r}"
+                    )
         elif (self.model.image_size, self.model.num_classes) != (28, 10):
             raise ValueError(
                 "data.dataset='fashion_mnist' has 28x28 images of 10 classes: model.image_size "

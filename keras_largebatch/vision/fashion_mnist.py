@@ -48,8 +48,7 @@ def ensure_cached(cache_dir=None, source_dir=None):
     cache_dir = cache_dir or keras_cache_dir()
     source_dir = source_dir or DEBIAN_DIR
     missing = [name for name in FILES if not os.path.exists(os.path.join(cache_dir, name))]
-    unavailable = [name for name in missing
-                   if not os.path.exists(os.path.join(source_dir, name))]
+    unavailable = [name for name in missing if not os.path.exists(os.path.join(source_dir, name))]
     if unavailable:
         raise FileNotFoundError(
             f"Fashion-MNIST is not available offline: {unavailable} are in neither the Keras "
@@ -74,8 +73,10 @@ def load(source_dir=None):
     from its cache after `ensure_cached`."""
     ensure_cached(source_dir=source_dir)
     (train_x, train_y), (test_x, test_y) = keras.datasets.fashion_mnist.load_data()
-    return ((train_x[..., None], train_y.astype(np.int64)),
-            (test_x[..., None], test_y.astype(np.int64)))
+    return (
+        (train_x[..., None], train_y.astype(np.int64)),
+        (test_x[..., None], test_y.astype(np.int64)),
+    )
 
 
 def normalize(images, labels):

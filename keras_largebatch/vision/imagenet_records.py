@@ -52,8 +52,9 @@ def parse_record(serialized, label_offset=DEFAULT_LABEL_OFFSET):
     return features[ENCODED_IMAGE], tf.cast(features[LABEL] - label_offset, tf.int32)
 
 
-def check_record_file(path, num_classes=DEFAULT_NUM_CLASSES, label_offset=DEFAULT_LABEL_OFFSET,
-                      num_records=4):
+def check_record_file(
+    path, num_classes=DEFAULT_NUM_CLASSES, label_offset=DEFAULT_LABEL_OFFSET, num_records=4
+):
     """Checks the first ``num_records`` records of ``path`` against the schema; call it before
     training, so that a wrong file fails at once rather than hours into a run.
 
@@ -71,8 +72,9 @@ def check_record_file(path, num_classes=DEFAULT_NUM_CLASSES, label_offset=DEFAUL
     try:
         records = list(tf.data.TFRecordDataset(path).take(num_records).as_numpy_iterator())
     except tf.errors.OpError as error:
-        raise ValueError(f"record file {path!r} cannot be read as TFRecords: "
-                         f"{_first_line(error)}") from error
+        raise ValueError(
+            f"record file {path!r} cannot be read as TFRecords: {_first_line(error)}"
+        ) from error
     if not records:
         raise ValueError(f"record file {path!r} contains no records")
     for index, record in enumerate(records):
@@ -90,8 +92,10 @@ def check_record_file(path, num_classes=DEFAULT_NUM_CLASSES, label_offset=DEFAUL
         try:
             tf.io.decode_jpeg(features[ENCODED_IMAGE].bytes_list.value[0], channels=3)
         except tf.errors.OpError as error:
-            raise ValueError(f"{where}: feature {ENCODED_IMAGE!r} does not decode as a JPEG "
-                             f"image: {_first_line(error)}") from error
+            raise ValueError(
+                f"{where}: feature {ENCODED_IMAGE!r} does not decode as a JPEG "
+                f"image: {_first_line(error)}"
+            ) from error
     return len(records)
 
 

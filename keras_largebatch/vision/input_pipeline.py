@@ -31,8 +31,7 @@ import tensorflow as tf
 
 from keras_largebatch import _checks
 from keras_largebatch._file_patterns import resolve_record_files
-from keras_largebatch.vision import imagenet_records
-from keras_largebatch.vision import preprocessing
+from keras_largebatch.vision import imagenet_records, preprocessing
 
 # TFRecord read buffer of the Cloud TPU reference: fewer, larger reads from network storage.
 _READ_BUFFER_BYTES = 8 * 1024 * 1024
@@ -103,28 +102,35 @@ def make_imagenet_dataset(
 
     def train_example(serialized, seed):
         image_bytes, label = imagenet_records.parse_record(serialized, label_offset)
-        image = preprocessing.preprocess_for_train(image_bytes, image_size, seed, mean, stddev,
-                                                   dtype)
+        image = preprocessing.preprocess_for_train(
+            image_bytes, image_size, seed, mean, stddev, dtype
+        )
         return image, label
 
     def eval_example(serialized):
         image_bytes, label = imagenet_records.parse_record(serialized, label_offset)
-        return preprocessing.preprocess_for_eval(image_bytes, image_size, mean, stddev,
-                                                 dtype), label
+        return preprocessing.preprocess_for_eval(
+            image_bytes, image_size, mean, stddev, dtype
+        ), label
 
     if is_training:
-        dataset = _with_augmentation_seeds(records, augmentation_seed, input_context,
-                                           deterministic).map(
-            train_example, num_parallel_calls=tf.data.AUTOTUNE, deterministic=deterministic)
+        dataset = _with_augmentation_seeds(
+            records, augmentation_seed, input_context, deterministic
+        ).map(train_example, num_parallel_calls=tf.data.AUTOTUNE, deterministic=deterministic)
     else:
-        dataset = records.map(eval_example, num_parallel_calls=tf.data.AUTOTUNE,
-                              deterministic=deterministic)
+        dataset = records.map(
+            eval_example, num_parallel_calls=tf.data.AUTOTUNE, deterministic=deterministic
+        )
     return dataset.batch(batch_size, drop_remainder=True).prefetch(tf.data.AUTOTUNE)
 
 
-def check_imagenet_input(file_patterns, batch_size, input_context=None,
-                         num_classes=imagenet_records.DEFAULT_NUM_CLASSES,
-                         label_offset=imagenet_records.DEFAULT_LABEL_OFFSET):
+def check_imagenet_input(
+    file_patterns,
+    batch_size,
+    input_context=None,
+    num_classes=imagenet_records.DEFAULT_NUM_CLASSES,
+    label_offset=imagenet_records.DEFAULT_LABEL_OFFSET,
+):
     """Checks what one input pipeline would read, before any training.
 
     Runs `imagenet_records.check_record_file` on each of the pipeline's files and counts its
@@ -135,8 +141,12 @@ def check_imagenet_input(file_patterns, batch_size, input_context=None,
         ValueError: when a pattern matches no file, a file fails its check, or the pipeline has
             fewer records than ``batch_size`` (naming both numbers).
     """
-    _check_share(_pipeline_share(resolve_record_files(file_patterns), input_context), batch_size,
-                 num_classes, label_offset)
+    _check_share(
+        _pipeline_share(resolve_record_files(file_patterns), input_context),
+        batch_size,
+        num_classes,
+        label_offset,
+    )
 
 
 def _check_share(share, batch_size, num_classes, label_offset):
@@ -178,9 +188,14 @@ def _with_augmentation_seeds(records, augmentation_seed, input_context, determin
     """
     passes = tf.data.Dataset.random(seed=augmentation_seed, rerandomize_each_iteration=True)
     if deterministic:
+
         def pass_records(pass_seed):
-            return records.map(lambda serialized: (serialized, tf.stack([
-                tf.strings.to_hash_bucket_fast(serialized, 2**62), pass_seed])))
+            return records.map(
+                lambda serialized: (
+                    serialized,
+                    tf.stack([tf.strings.to_hash_bucket_fast(serialized, 2**62), pass_seed]),
+                )
+            )
 
         return passes.take(1).flat_map(pass_records)
     pipeline_id = tf.constant(input_context.input_pipeline_id if input_context else 0, tf.int64)
@@ -200,8 +215,9 @@ def _pipeline_share(files, input_context):
         return _PipelineShare(own, 1, 0, f"{where} ({_describe(own)})")
     # Too few files to give each pipeline its own: each reads every num_pipelines-th record.
     records = f"records {pipeline_id}, {pipeline_id + num_pipelines}, ..."
-    return _PipelineShare(files, num_pipelines, pipeline_id,
-                          f"{where} ({records} of each of {_describe(files)})")
+    return _PipelineShare(
+        files, num_pipelines, pipeline_id, f"{where} ({records} of each of {_describe(files)})"
+    )
 
 
 def _describe(files):
@@ -215,8 +231,9 @@ def _read_records(share, shuffle_seed, cycle_length):
     files shuffled anew on every pass, endlessly."""
     files = tf.data.Dataset.from_tensor_slices(share.files)
     if shuffle_seed is not None:
-        files = files.shuffle(len(share.files), seed=shuffle_seed,
-                              reshuffle_each_iteration=True).repeat()
+        files = files.shuffle(
+            len(share.files), seed=shuffle_seed, reshuffle_each_iteration=True
+        ).repeat()
 
     def read_file(path):
         records = tf.data.TFRecordDataset(path, buffer_size=_READ_BUFFER_BYTES)
@@ -224,6 +241,9 @@ def _read_records(share, shuffle_seed, cycle_length):
         # the interleaved order is not deterministic.
         return records.shard(share.record_shards, share.record_shard_index)
 
-    return files.interleave(read_file, cycle_length=min(cycle_length, len(share.files)),
-                            num_parallel_calls=tf.data.AUTOTUNE,
-                            deterministic=shuffle_seed is None)
+    return files.interleave(
+        read_file,
+        cycle_length=min(cycle_length, len(share.files)),
+        num_parallel_calls=tf.data.AUTOTUNE,
+        deterministic=shuffle_seed is None,
+    )

@@ -13,26 +13,42 @@ from keras_largebatch import _checks
 
 # Arguments of keras_hub.models.ResNetBackbone per architecture.
 ARCHITECTURES = {
-    "small": dict(input_conv_filters=[64], input_conv_kernel_sizes=[3],
-                  stackwise_num_filters=[64, 128], stackwise_num_blocks=[1, 1],
-                  stackwise_num_strides=[1, 2], block_type="basic_block"),
-    "resnet18": dict(input_conv_filters=[64], input_conv_kernel_sizes=[7],
-                     stackwise_num_filters=[64, 128, 256, 512],
-                     stackwise_num_blocks=[2, 2, 2, 2], stackwise_num_strides=[1, 2, 2, 2],
-                     block_type="basic_block"),
-    "resnet34": dict(input_conv_filters=[64], input_conv_kernel_sizes=[7],
-                     stackwise_num_filters=[64, 128, 256, 512],
-                     stackwise_num_blocks=[3, 4, 6, 3], stackwise_num_strides=[1, 2, 2, 2],
-                     block_type="basic_block"),
-    "resnet50": dict(input_conv_filters=[64], input_conv_kernel_sizes=[7],
-                     stackwise_num_filters=[64, 128, 256, 512],
-                     stackwise_num_blocks=[3, 4, 6, 3], stackwise_num_strides=[1, 2, 2, 2],
-                     block_type="bottleneck_block"),
+    "small": dict(
+        input_conv_filters=[64],
+        input_conv_kernel_sizes=[3],
+        stackwise_num_filters=[64, 128],
+        stackwise_num_blocks=[1, 1],
+        stackwise_num_strides=[1, 2],
+        block_type="basic_block",
+    ),
+    "resnet18": dict(
+        input_conv_filters=[64],
+        input_conv_kernel_sizes=[7],
+        stackwise_num_filters=[64, 128, 256, 512],
+        stackwise_num_blocks=[2, 2, 2, 2],
+        stackwise_num_strides=[1, 2, 2, 2],
+        block_type="basic_block",
+    ),
+    "resnet34": dict(
+        input_conv_filters=[64],
+        input_conv_kernel_sizes=[7],
+        stackwise_num_filters=[64, 128, 256, 512],
+        stackwise_num_blocks=[3, 4, 6, 3],
+        stackwise_num_strides=[1, 2, 2, 2],
+        block_type="basic_block",
+    ),
+    "resnet50": dict(
+        input_conv_filters=[64],
+        input_conv_kernel_sizes=[7],
+        stackwise_num_filters=[64, 128, 256, 512],
+        stackwise_num_blocks=[3, 4, 6, 3],
+        stackwise_num_strides=[1, 2, 2, 2],
+        block_type="bottleneck_block",
+    ),
 }
 
 
-def image_classifier(architecture, num_classes, image_shape, dtype=None,
-                     sync_batch_norm=False):
+def image_classifier(architecture, num_classes, image_shape, dtype=None, sync_batch_norm=False):
     """A ResNet classifier that outputs float32 logits: keras-hub's `ResNetBackbone`, global
     average pooling and one dense layer; built offline, with fresh weights.
 

@@ -40,8 +40,10 @@ def check_preprocessing_arguments(image_size, mean, stddev, dtype):
     _checks.check_integer("image_size", image_size, low=1)
     for argument, values, low_open in (("mean", mean, False), ("stddev", stddev, True)):
         if isinstance(values, str) or not isinstance(values, (list, tuple)):
-            raise TypeError(f"{argument} must be a list or tuple of 3 numbers (red, green, "
-                            f"blue), got {values!r}")
+            raise TypeError(
+                f"{argument} must be a list or tuple of 3 numbers (red, green, "
+                f"blue), got {values!r}"
+            )
         if len(values) != 3:
             raise ValueError(f"{argument} must be 3 numbers (red, green, blue), got {values!r}")
         for channel, value in zip("RGB", values):
@@ -51,8 +53,9 @@ def check_preprocessing_arguments(image_size, mean, stddev, dtype):
     except TypeError as error:
         raise TypeError(f"dtype must be a floating-point dtype, got {dtype!r}") from error
     if not dtype.is_floating:
-        raise ValueError(f"dtype must be a floating-point dtype such as float32 or bfloat16, "
-                         f"got {dtype.name}")
+        raise ValueError(
+            f"dtype must be a floating-point dtype such as float32 or bfloat16, got {dtype.name}"
+        )
     return dtype
 
 
@@ -69,8 +72,14 @@ def central_crop_window(image_shape, image_size, crop_padding=CROP_PADDING):
     return tf.stack([(height - side + 1) // 2, (width - side + 1) // 2, side, side])
 
 
-def random_crop_window(image_shape, seed, image_size, area_range=AREA_RANGE,
-                       aspect_ratio_range=ASPECT_RATIO_RANGE, max_attempts=MAX_ATTEMPTS):
+def random_crop_window(
+    image_shape,
+    seed,
+    image_size,
+    area_range=AREA_RANGE,
+    aspect_ratio_range=ASPECT_RATIO_RANGE,
+    max_attempts=MAX_ATTEMPTS,
+):
     """The training crop of an image of shape ``[height, width, channels]``.
 
     Args:
@@ -96,12 +105,16 @@ def random_crop_window(image_shape, seed, image_size, area_range=AREA_RANGE,
         use_image_if_no_bounding_boxes=True,
     )
     is_whole_image = tf.reduce_all(size[:2] == image_shape[:2])
-    return tf.where(is_whole_image, central_crop_window(image_shape, image_size),
-                    tf.concat([begin[:2], size[:2]], axis=0))
+    return tf.where(
+        is_whole_image,
+        central_crop_window(image_shape, image_size),
+        tf.concat([begin[:2], size[:2]], axis=0),
+    )
 
 
-def preprocess_for_train(image_bytes, image_size, seed, mean=MEAN_RGB, stddev=STDDEV_RGB,
-                         dtype=tf.float32):
+def preprocess_for_train(
+    image_bytes, image_size, seed, mean=MEAN_RGB, stddev=STDDEV_RGB, dtype=tf.float32
+):
     """Random resized crop, flip and normalization of one JPEG image (module docstring).
 
     Args:
@@ -123,8 +136,9 @@ def preprocess_for_train(image_bytes, image_size, seed, mean=MEAN_RGB, stddev=ST
     return normalize(image, mean, stddev, dtype)
 
 
-def preprocess_for_eval(image_bytes, image_size, mean=MEAN_RGB, stddev=STDDEV_RGB,
-                        dtype=tf.float32):
+def preprocess_for_eval(
+    image_bytes, image_size, mean=MEAN_RGB, stddev=STDDEV_RGB, dtype=tf.float32
+):
     """Central crop, resize and normalization of one JPEG image (arguments as
     `preprocess_for_train`); returns ``dtype`` ``[image_size, image_size, 3]``."""
     window = central_crop_window(tf.image.extract_jpeg_shape(image_bytes), image_size)

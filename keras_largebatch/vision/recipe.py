@@ -14,8 +14,7 @@ import tensorflow as tf
 from keras_largebatch.optimizers import LARS, ExclusionRule
 from keras_largebatch.schedules import LarsMLPerfSchedule
 from keras_largebatch.training.recipe import Recipe
-from keras_largebatch.vision import fashion_mnist
-from keras_largebatch.vision import input_pipeline
+from keras_largebatch.vision import fashion_mnist, input_pipeline
 from keras_largebatch.vision.model import image_classifier
 
 
@@ -34,8 +33,9 @@ class ImageClassification(Recipe):
 
     def prepare(self, log):
         config, data = self.config, self.config.data
-        micro_batch = max(p.global_batch_size // p.gradient_accumulation_steps
-                          for p in config.phases)
+        micro_batch = max(
+            p.global_batch_size // p.gradient_accumulation_steps for p in config.phases
+        )
         if data.dataset == "fashion_mnist":
             (train_x, train_y), (test_x, test_y) = fashion_mnist.load(data.fashion_mnist_dir)
             self._arrays = {"train": (train_x, train_y), "eval": (test_x, test_y)}
@@ -48,24 +48,30 @@ class ImageClassification(Recipe):
                     )
             log(f"Fashion-MNIST: {len(train_x)} training and {len(test_x)} test images")
             return
-        for files, batch in ((data.train_files, micro_batch),
-                             (data.eval_files, data.eval_batch_size)):
-            input_pipeline.check_imagenet_input(files, batch, None, config.model.num_classes,
-                                                data.label_offset)
+        for files, batch in (
+            (data.train_files, micro_batch),
+            (data.eval_files, data.eval_batch_size),
+        ):
+            input_pipeline.check_imagenet_input(
+                files, batch, None, config.model.num_classes, data.label_offset
+            )
 
     def build_model(self):
         """The classifier, built in the strategy's scope."""
         model = self.config.model
         channels = 1 if self.config.data.dataset == "fashion_mnist" else 3
-        return image_classifier(model.architecture, model.num_classes,
-                                (model.image_size, model.image_size, channels),
-                                dtype=self.config.mixed_precision,
-                                # Keras's synchronized moments on a single replica (outside
-                                # a multi-replica strategy) give other statistics than the
-                                # plain ones; with one replica there is nothing to synchronize.
-                                sync_batch_norm=(model.sync_batch_norm and
-                                                 tf.distribute.get_strategy()
-                                                 .num_replicas_in_sync > 1))
+        return image_classifier(
+            model.architecture,
+            model.num_classes,
+            (model.image_size, model.image_size, channels),
+            dtype=self.config.mixed_precision,
+            # Keras's synchronized moments on a single replica (outside
+            # a multi-replica strategy) give other statistics than the
+            # plain ones; with one replica there is nothing to synchronize.
+            sync_batch_norm=(
+                model.sync_batch_norm and tf.distribute.get_strategy().num_replicas_in_sync > 1
+            ),
+        )
 
     def build_optimizer(self, phase_index, model):
         phase, optimizer = self.config.phases[phase_index], self.config.optimizer
@@ -80,28 +86,37 @@ class ImageClassification(Recipe):
         accumulation = phase.gradient_accumulation_steps
         if optimizer.name == "lars":
             return LARS(
-                learning_rate=schedule, momentum=optimizer.momentum,
-                trust_coefficient=optimizer.trust_coefficient, epsilon=optimizer.epsilon,
-                weight_decay=optimizer.weight_decay, nesterov=optimizer.nesterov,
+                learning_rate=schedule,
+                momentum=optimizer.momentum,
+                trust_coefficient=optimizer.trust_coefficient,
+                epsilon=optimizer.epsilon,
+                weight_decay=optimizer.weight_decay,
+                nesterov=optimizer.nesterov,
                 record_trust_ratio=True,
                 gradient_accumulation_steps=accumulation if accumulation > 1 else None,
             )
-        sgd = keras.optimizers.SGD(learning_rate=schedule, momentum=optimizer.momentum,
-                                   nesterov=optimizer.nesterov,
-                                   weight_decay=optimizer.weight_decay or None)
+        sgd = keras.optimizers.SGD(
+            learning_rate=schedule,
+            momentum=optimizer.momentum,
+            nesterov=optimizer.nesterov,
+            weight_decay=optimizer.weight_decay or None,
+        )
         # The same variables as LARS's default rule: batch-norm parameters and biases.
         rule = ExclusionRule(None, "exclude_from_weight_decay")
         sgd.exclude_from_weight_decay(
-            var_list=[variable for variable in model.trainable_variables
-                      if rule.excludes(variable)])
+            var_list=[variable for variable in model.trainable_variables if rule.excludes(variable)]
+        )
         return sgd
 
     def compile_arguments(self, phase_index):
         return {
             "loss": keras.losses.CategoricalCrossentropy(
-                from_logits=True, label_smoothing=self.config.model.label_smoothing),
-            "metrics": [keras.metrics.CategoricalAccuracy(name="accuracy"),
-                        keras.metrics.TopKCategoricalAccuracy(k=5, name="top5_accuracy")],
+                from_logits=True, label_smoothing=self.config.model.label_smoothing
+            ),
+            "metrics": [
+                keras.metrics.CategoricalAccuracy(name="accuracy"),
+                keras.metrics.TopKCategoricalAccuracy(k=5, name="top5_accuracy"),
+            ],
         }
 
     def dataset(self, phase_index, batch_size, input_context, shuffle_seed):
@@ -115,8 +130,9 @@ class ImageClassification(Recipe):
             images, labels = self._arrays[split]
             dataset = tf.data.Dataset.from_tensor_slices((images, labels))
             if input_context is not None:
-                dataset = dataset.shard(input_context.num_input_pipelines,
-                                        input_context.input_pipeline_id)
+                dataset = dataset.shard(
+                    input_context.num_input_pipelines, input_context.input_pipeline_id
+                )
             if training:
                 # A fixed order is still shuffled, by the data seed, anew on every pass.
                 seed = data.seed if shuffle_seed is None else shuffle_seed
@@ -124,14 +140,21 @@ class ImageClassification(Recipe):
                 if shuffle_seed is not None:
                     dataset = dataset.repeat()
             dataset = dataset.batch(batch_size, drop_remainder=training).map(
-                fashion_mnist.normalize, num_parallel_calls=tf.data.AUTOTUNE)
+                fashion_mnist.normalize, num_parallel_calls=tf.data.AUTOTUNE
+            )
         else:
             dataset = input_pipeline.make_imagenet_dataset(
-                data.train_files if training else data.eval_files, config.model.image_size,
-                batch_size, is_training=training, input_context=input_context,
+                data.train_files if training else data.eval_files,
+                config.model.image_size,
+                batch_size,
+                is_training=training,
+                input_context=input_context,
                 shuffle_seed=shuffle_seed if training else None,
-                label_offset=data.label_offset, num_classes=num_classes,
-                augmentation_seed=data.seed, shuffle_buffer_size=data.shuffle_buffer_size)
+                label_offset=data.label_offset,
+                num_classes=num_classes,
+                augmentation_seed=data.seed,
+                shuffle_buffer_size=data.shuffle_buffer_size,
+            )
         return dataset.map(lambda images, labels: (images, tf.one_hot(labels, num_classes)))
 
     def evaluation_interval(self, phase_index):
@@ -147,11 +170,12 @@ class ImageClassification(Recipe):
 
     def phase_summary(self, phase_index):
         phase = self.config.phases[phase_index]
-        return {"epochs": phase.steps * phase.global_batch_size
-                / self.config.num_train_examples()}
+        return {"epochs": phase.steps * phase.global_batch_size / self.config.num_train_examples()}
 
     def summary(self):
-        return {"architecture": self.config.model.architecture,
-                "dataset": self.config.data.dataset,
-                "optimizer": self.config.optimizer.name,
-                "target_accuracy": self.config.target_accuracy}
+        return {
+            "architecture": self.config.model.architecture,
+            "dataset": self.config.data.dataset,
+            "optimizer": self.config.optimizer.name,
+            "target_accuracy": self.config.target_accuracy,
+        }

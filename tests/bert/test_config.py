@@ -22,8 +22,14 @@ def test_defaults_are_the_default_job():
 
 
 def test_every_field_has_a_default_and_a_meaning():
-    for cls in (config_lib.PretrainConfig, config_lib.ModelConfig, config_lib.PhaseConfig,
-                config_lib.OptimizerConfig, config_lib.DataConfig, config_lib.StrategyConfig):
+    for cls in (
+        config_lib.PretrainConfig,
+        config_lib.ModelConfig,
+        config_lib.PhaseConfig,
+        config_lib.OptimizerConfig,
+        config_lib.DataConfig,
+        config_lib.StrategyConfig,
+    ):
         cls()  # constructs with no arguments: every field has a default
         assert_fields_documented(cls)
 
@@ -51,12 +57,18 @@ def test_yaml_round_trip_and_string_numbers(tmp_path):
 
 
 def test_overrides_reach_nested_fields_and_list_items():
-    config = config_lib.load_config(overrides=[
-        "model.size=mini", "phases.0.steps=100", "phases.0.warmup_steps=5",
-        "optimizer.global_clipnorm=null", "optimizer.exclude_from_weight_decay=[bias]",
-        "mixed_precision=mixed_bfloat16", "strategy.devices=['/cpu:0', '/cpu:1']",
-        "phases.0.peak_learning_rate=1e-3",
-    ])
+    config = config_lib.load_config(
+        overrides=[
+            "model.size=mini",
+            "phases.0.steps=100",
+            "phases.0.warmup_steps=5",
+            "optimizer.global_clipnorm=null",
+            "optimizer.exclude_from_weight_decay=[bias]",
+            "mixed_precision=mixed_bfloat16",
+            "strategy.devices=['/cpu:0', '/cpu:1']",
+            "phases.0.peak_learning_rate=1e-3",
+        ]
+    )
     assert config.model.size == "mini"
     assert config.phases[0].steps == 100 and config.phases[0].warmup_steps == 5
     assert config.phases[0].peak_learning_rate == 0.001
@@ -67,49 +79,71 @@ def test_overrides_reach_nested_fields_and_list_items():
 
 
 def test_whole_phase_list_override():
-    config = config_lib.load_config(overrides=[
-        "phases=[{steps: 10, warmup_steps: 1}, {seq_length: 64, steps: 10, warmup_steps: 1}]"
-    ])
+    config = config_lib.load_config(
+        overrides=[
+            "phases=[{steps: 10, warmup_steps: 1}, {seq_length: 64, steps: 10, warmup_steps: 1}]"
+        ]
+    )
     assert [phase.seq_length for phase in config.phases] == [128, 64]
     assert config.phases[1].global_batch_size == config_lib.PhaseConfig().global_batch_size
 
 
-@pytest.mark.parametrize("overrides, message", [
-    (["learning_rate=0.1"], r"unknown config key 'learning_rate'.*valid keys.*'phases'"),
-    (["optimizer.lr=0.1"], r"unknown config key 'optimizer.lr'.*'weight_decay'"),
-    (["phases.3.steps=10"], r"'3' must be a list index in \[0, 1\)"),
-    (["model.size=huge"], r"model.size must be one of \['tiny', 'mini', 'small', 'medium', "
-                          r"'base', 'large'\], got 'huge'"),
-    (["phases.0.gradient_accumulation_steps=0"],
-     r"phases.0.gradient_accumulation_steps must be in \[1, inf\], got 0"),
-    (["phases.0.max_predictions_per_seq=200"],
-     r"phases.0.max_predictions_per_seq must be in \[1, phases.0.seq_length=128\], got 200"),
-    (["phases.0.warmup_steps=600"], r"phases.0.warmup_steps must be < phases.0.steps=600"),
-    (["mixed_precision=float16"], r"mixed_precision must be one of .*got 'float16'"),
-    (["optimizer.name=sgd"], r"optimizer.name must be one of \['lamb', 'adamw'\], got 'sgd'"),
-    (["strategy.name=gpu"], r"strategy.name must be one of .*got 'gpu'"),
-    (["checkpoint_interval=30"], r"checkpoint_interval must be a multiple of log_interval=25"),
-    (["phases.0.gradient_accumulation_steps=3"],
-     r"global_batch_size=32 must be divisible by phases.0.gradient_accumulation_steps=3"),
-    (["steps_per_execution=7"], r"steps_per_execution=7 must divide log_interval x .* = 25"),
-    (["model.max_sequence_length=64"], r"model.max_sequence_length must be >= .* got 64"),
-    (["model.hidden_dim=101"], r"model.hidden_dim=101 must be divisible by model.num_heads=2"),
-    (["optimizer.name=adamw", "phases.0.gradient_accumulation_steps=2"],
-     r"phases.0.gradient_accumulation_steps=2 needs optimizer.name='lamb'"),
-    (["model.size"], r"an override must look like key=value"),
-    (["phases.0.steps=[1"], r"override 'phases.0.steps=\[1': the value is not valid YAML"),
-])
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (["learning_rate=0.1"], r"unknown config key 'learning_rate'.*valid keys.*'phases'"),
+        (["optimizer.lr=0.1"], r"unknown config key 'optimizer.lr'.*'weight_decay'"),
+        (["phases.3.steps=10"], r"'3' must be a list index in \[0, 1\)"),
+        (
+            ["model.size=huge"],
+            r"model.size must be one of \['tiny', 'mini', 'small', 'medium', "
+            r"'base', 'large'\], got 'huge'",
+        ),
+        (
+            ["phases.0.gradient_accumulation_steps=0"],
+            r"phases.0.gradient_accumulation_steps must be in \[1, inf\], got 0",
+        ),
+        (
+            ["phases.0.max_predictions_per_seq=200"],
+            r"phases.0.max_predictions_per_seq must be in \[1, phases.0.seq_length=128\], got 200",
+        ),
+        (["phases.0.warmup_steps=600"], r"phases.0.warmup_steps must be < phases.0.steps=600"),
+        (["mixed_precision=float16"], r"mixed_precision must be one of .*got 'float16'"),
+        (["optimizer.name=sgd"], r"optimizer.name must be one of \['lamb', 'adamw'\], got 'sgd'"),
+        (["strategy.name=gpu"], r"strategy.name must be one of .*got 'gpu'"),
+        (["checkpoint_interval=30"], r"checkpoint_interval must be a multiple of log_interval=25"),
+        (
+            ["phases.0.gradient_accumulation_steps=3"],
+            r"global_batch_size=32 must be divisible by phases.0.gradient_accumulation_steps=3",
+        ),
+        (["steps_per_execution=7"], r"steps_per_execution=7 must divide log_interval x .* = 25"),
+        (["model.max_sequence_length=64"], r"model.max_sequence_length must be >= .* got 64"),
+        (["model.hidden_dim=101"], r"model.hidden_dim=101 must be divisible by model.num_heads=2"),
+        (
+            ["optimizer.name=adamw", "phases.0.gradient_accumulation_steps=2"],
+            r"phases.0.gradient_accumulation_steps=2 needs optimizer.name='lamb'",
+        ),
+        (["model.size"], r"an override must look like key=value"),
+        (["phases.0.steps=[1"], r"override 'phases.0.steps=\[1': the value is not valid YAML"),
+    ],
+)
 def test_bad_overrides_name_the_key_and_value(overrides, message):
     with pytest.raises(ValueError, match=message):
         config_lib.load_config(overrides=overrides)
 
 
-@pytest.mark.parametrize("override, message", [
-    ("optimizer.weight_decay=abc", r"optimizer.weight_decay must be a number, got 'abc'"),
-    ("phases.0.steps=12.5", r"phases.0.steps must be an integer, got 12.5"),
-    ("data.deterministic=maybe", r"data.deterministic must be true or false, got 'maybe'"),
-    ("phases.0.input_files=a.tfrecord", r"phases.0.input_files must be a list, got 'a.tfrecord'"),
-])
+@pytest.mark.parametrize(
+    "override, message",
+    [
+        ("optimizer.weight_decay=abc", r"optimizer.weight_decay must be a number, got 'abc'"),
+        ("phases.0.steps=12.5", r"phases.0.steps must be an integer, got 12.5"),
+        ("data.deterministic=maybe", r"data.deterministic must be true or false, got 'maybe'"),
+        (
+            "phases.0.input_files=a.tfrecord",
+            r"phases.0.input_files must be a list, got 'a.tfrecord'",
+        ),
+    ],
+)
 def test_values_of_the_wrong_type_are_type_errors(override, message):
     with pytest.raises(TypeError, match=message):
         config_lib.load_config(overrides=[override])
@@ -128,17 +162,22 @@ def test_unknown_key_in_a_file(tmp_path):
 def test_tpu_configs_hold_the_published_recipes():
     """The published recipes (You et al. 2020, arXiv:1904.00962; NVIDIA DeepLearningExamples
     BERT), transcribed by hand here."""
-    configs = {os.path.basename(path): config_lib.load_config(path)
-               for path in glob.glob(os.path.join(REPOSITORY, "tpu_configs", "bert_*.yaml"))}
+    configs = {
+        os.path.basename(path): config_lib.load_config(path)
+        for path in glob.glob(os.path.join(REPOSITORY, "tpu_configs", "bert_*.yaml"))
+    }
     nvidia = configs["bert_large_lamb_nvidia.yaml"]
     assert nvidia.model.size == "large"
-    assert [(p.seq_length, p.global_batch_size, p.steps, p.peak_learning_rate, p.warmup_steps,
-             p.power) for p in nvidia.phases] == [
-        (128, 65536, 7038, 6e-3, 2000, 0.5), (512, 32768, 1563, 4e-3, 200, 0.5)]
+    assert [
+        (p.seq_length, p.global_batch_size, p.steps, p.peak_learning_rate, p.warmup_steps, p.power)
+        for p in nvidia.phases
+    ] == [(128, 65536, 7038, 6e-3, 2000, 0.5), (512, 32768, 1563, 4e-3, 200, 0.5)]
     assert nvidia.optimizer.global_clipnorm == 1.0
     mixed = configs["bert_large_lamb_64k_32k.yaml"]
-    assert [(p.seq_length, p.global_batch_size) for p in mixed.phases] == [(128, 65536),
-                                                                          (512, 32768)]
+    assert [(p.seq_length, p.global_batch_size) for p in mixed.phases] == [
+        (128, 65536),
+        (512, 32768),
+    ]
     assert sum(p.steps for p in mixed.phases) == 8599
     for config in configs.values():
         assert config.strategy.name == "tpu"
@@ -148,5 +187,8 @@ def test_tpu_configs_hold_the_published_recipes():
 
 
 def test_default_records_need_a_local_output_dir():
-    with pytest.raises(ValueError, match=r"phases.0.input_files is null.*'gs://bucket/run', which must then be local"):
+    with pytest.raises(
+        ValueError,
+        match=r"phases.0.input_files is null.*'gs://bucket/run', which must then be local",
+    ):
         config_lib.load_config(overrides=["output_dir=gs://bucket/run"])

@@ -17,15 +17,18 @@ def test_documents_are_deterministic_prose():
     # Grammar productions and interactive examples are code, not sentences.
     assert not [sentence for sentence in sentences if "::=" in sentence or ">>>" in sentence]
     # The first paragraph of help("assert"), split at its sentence boundary.
-    assert ("Assert statements are a convenient way to insert debugging assertions into a "
-            "program:") in sentences
+    assert (
+        "Assert statements are a convenient way to insert debugging assertions into a program:"
+    ) in sentences
     # Headings ("The "assert" statement" over a row of asterisks) are dropped.
     assert 'The "assert" statement' not in sentences
 
 
 def test_sentence_boundaries():
-    text = ("First sentence here, e.g. with an abbreviation. Second one (really) ends! "
-            'Third is "quoted." Fourth sentence is last.\n\n   code = "not prose"\n')
+    text = (
+        "First sentence here, e.g. with an abbreviation. Second one (really) ends! "
+        'Third is "quoted." Fourth sentence is last.\n\n   code = "not prose"\n'
+    )
     assert corpus._prose_sentences(text) == [
         "First sentence here, e.g. with an abbreviation.",
         "Second one (really) ends!",
@@ -36,13 +39,16 @@ def test_sentence_boundaries():
 
 def test_documents_come_from_topics_then_module_docstrings():
     documents = corpus.default_corpus_documents()
-    topic_documents = [corpus._prose_sentences(pydoc_data.topics.topics[key])
-                       for key in sorted(pydoc_data.topics.topics)]
+    topic_documents = [
+        corpus._prose_sentences(pydoc_data.topics.topics[key])
+        for key in sorted(pydoc_data.topics.topics)
+    ]
     topic_documents = [document for document in topic_documents if len(document) >= 2]
-    assert documents[:len(topic_documents)] == topic_documents
+    assert documents[: len(topic_documents)] == topic_documents
     argparse_document = documents[len(topic_documents)]
     assert argparse_document[0] == (
-        "This module is an optparse-inspired command-line parsing library that:")
+        "This module is an optparse-inspired command-line parsing library that:"
+    )
 
 
 def test_written_file_has_one_sentence_per_line_and_blank_lines_between_documents(tmp_path):

@@ -13,10 +13,7 @@ import pytest
 import tensorflow as tf
 
 from keras_largebatch.bert import corpus as corpus_lib
-from keras_largebatch.bert import create_data
-from keras_largebatch.bert import instance_tasks
-from keras_largebatch.bert import instances
-from keras_largebatch.bert import pretraining_data
+from keras_largebatch.bert import create_data, instance_tasks, instances, pretraining_data
 from keras_largebatch.bert import vocab as vocab_lib
 
 NUM_DOCUMENTS = 60
@@ -33,8 +30,9 @@ def _tag(document, sentence):
 def tagged_corpus(tmp_path_factory):
     directory = tmp_path_factory.mktemp("tagged")
     documents = [
-        "\n".join(" ".join([_tag(d, s)] * WORDS_PER_SENTENCE)
-                  for s in range(SENTENCES_PER_DOCUMENT))
+        "\n".join(
+            " ".join([_tag(d, s)] * WORDS_PER_SENTENCE) for s in range(SENTENCES_PER_DOCUMENT)
+        )
         for d in range(NUM_DOCUMENTS)
     ]
     text_file = directory / "corpus.txt"
@@ -42,17 +40,28 @@ def tagged_corpus(tmp_path_factory):
     tags = [_tag(d, s) for d in range(NUM_DOCUMENTS) for s in range(SENTENCES_PER_DOCUMENT)]
     vocab_file = directory / "vocab.txt"
     vocab_lib.save_vocabulary(list(vocab_lib.SPECIAL_TOKENS) + tags, str(vocab_file))
-    id_to_tag = {index + len(vocab_lib.SPECIAL_TOKENS): (d, s)
-                 for index, (d, s) in enumerate((d, s) for d in range(NUM_DOCUMENTS)
-                                                for s in range(SENTENCES_PER_DOCUMENT))}
+    id_to_tag = {
+        index + len(vocab_lib.SPECIAL_TOKENS): (d, s)
+        for index, (d, s) in enumerate(
+            (d, s) for d in range(NUM_DOCUMENTS) for s in range(SENTENCES_PER_DOCUMENT)
+        )
+    }
     return str(text_file), str(vocab_file), id_to_tag
 
 
 def _create(tagged_corpus, output_dir, **kwargs):
     text_file, vocab_file, _ = tagged_corpus
-    arguments = dict(vocab_file=vocab_file, max_seq_length=64, max_predictions_per_seq=10,
-                     dupe_factor=10, short_seq_prob=0.0, num_output_shards=3, seed=7,
-                     num_workers=1, progress=False)
+    arguments = dict(
+        vocab_file=vocab_file,
+        max_seq_length=64,
+        max_predictions_per_seq=10,
+        dupe_factor=10,
+        short_seq_prob=0.0,
+        num_output_shards=3,
+        seed=7,
+        num_workers=1,
+        progress=False,
+    )
     arguments.update(kwargs)
     return create_data.create_pretraining_data([text_file], str(output_dir), **arguments)
 
@@ -63,10 +72,12 @@ def _read_records(paths):
     for path in paths:
         for serialized in tf.data.TFRecordDataset(path).as_numpy_iterator():
             features = tf.train.Example.FromString(serialized).features.feature
-            records.append({
-                name: np.array(feature.int64_list.value or feature.float_list.value)
-                for name, feature in features.items()
-            })
+            records.append(
+                {
+                    name: np.array(feature.int64_list.value or feature.float_list.value)
+                    for name, feature in features.items()
+                }
+            )
     return records
 
 
@@ -79,8 +90,8 @@ def _split_pair(record):
     np.testing.assert_array_equal(record["input_mask"][length:], 0)
     np.testing.assert_array_equal(ids[length:], 0)
     np.testing.assert_array_equal(record["segment_ids"][length:], 0)
-    np.testing.assert_array_equal(record["segment_ids"][length_a + 2:length], 1)
-    return ids[1:length_a + 1], ids[length_a + 2:length - 1]
+    np.testing.assert_array_equal(record["segment_ids"][length_a + 2 : length], 1)
+    return ids[1 : length_a + 1], ids[length_a + 2 : length - 1]
 
 
 def _expected_random_next_fraction(num_sentences):
@@ -93,25 +104,34 @@ def _expected_random_next_fraction(num_sentences):
     for n in range(2, num_sentences + 1):
         cuts = range(1, n)
         random_count[n] = fractions.Fraction(1, 2) * (
-            1 + sum(random_count[n - cut] for cut in cuts) / len(cuts))
+            1 + sum(random_count[n - cut] for cut in cuts) / len(cuts)
+        )
         instance_count[n] = 1 + fractions.Fraction(1, 2) * (
-            sum(instance_count[n - cut] for cut in cuts) / len(cuts))
+            sum(instance_count[n - cut] for cut in cuts) / len(cuts)
+        )
     return float(random_count[num_sentences] / instance_count[num_sentences])
 
 
 def test_record_schema_matches_google_research_bert(tagged_corpus, tmp_path):
     result = _create(tagged_corpus, tmp_path, dupe_factor=1)
     assert result.record_files == [
-        str(tmp_path / f"pretraining-0000{index}-of-00003.tfrecord") for index in range(3)]
+        str(tmp_path / f"pretraining-0000{index}-of-00003.tfrecord") for index in range(3)
+    ]
     serialized = next(tf.data.TFRecordDataset(result.record_files[0]).as_numpy_iterator())
     features = tf.train.Example.FromString(serialized).features.feature
-    expected = {"input_ids": ("int64_list", 64), "input_mask": ("int64_list", 64),
-                "segment_ids": ("int64_list", 64), "masked_lm_positions": ("int64_list", 10),
-                "masked_lm_ids": ("int64_list", 10), "masked_lm_weights": ("float_list", 10),
-                "next_sentence_labels": ("int64_list", 1)}
+    expected = {
+        "input_ids": ("int64_list", 64),
+        "input_mask": ("int64_list", 64),
+        "segment_ids": ("int64_list", 64),
+        "masked_lm_positions": ("int64_list", 10),
+        "masked_lm_ids": ("int64_list", 10),
+        "masked_lm_weights": ("float_list", 10),
+        "next_sentence_labels": ("int64_list", 1),
+    }
     kinds = {name: feature.WhichOneof("kind") for name, feature in features.items()}
-    assert {name: (kind, len(getattr(features[name], kind).value))
-            for name, kind in kinds.items()} == expected
+    assert {
+        name: (kind, len(getattr(features[name], kind).value)) for name, kind in kinds.items()
+    } == expected
     counts = [sum(1 for _ in tf.data.TFRecordDataset(path)) for path in result.record_files]
     # Round-robin: shard sizes differ by at most one, the first shards taking the remainder.
     assert sum(counts) == result.num_examples and max(counts) - min(counts) <= 1
@@ -163,16 +183,20 @@ def test_masking_statistics(tagged_corpus, tmp_path):
         outcomes["kept"] += int((at_positions == originals).sum())
         outcomes["random"] += int(((at_positions != MASK) & (at_positions != originals)).sum())
         assert all(token in id_to_tag for token in at_positions if token != MASK)
-        unmasked = np.setdiff1d(np.arange(length),
-                                np.concatenate([positions, [0, length_a + 1, length - 1]]))
+        unmasked = np.setdiff1d(
+            np.arange(length), np.concatenate([positions, [0, length_a + 1, length - 1]])
+        )
         assert all(record["input_ids"][position] in id_to_tag for position in unmasked)
         masked_tokens += num_predictions
         total_tokens += length
     total = sum(outcomes.values())
     assert total > 4000, total
     # A random replacement equals the original with probability 1/480, counted as "kept".
-    for outcome, probability in (("mask", 0.8), ("kept", 0.1 + 0.1 / 480),
-                                 ("random", 0.1 - 0.1 / 480)):
+    for outcome, probability in (
+        ("mask", 0.8),
+        ("kept", 0.1 + 0.1 / 480),
+        ("random", 0.1 - 0.1 / 480),
+    ):
         tolerance = 4 * np.sqrt(probability * (1 - probability) / total)
         assert abs(outcomes[outcome] / total - probability) < tolerance, (outcome, outcomes)
     assert abs(masked_tokens / total_tokens - 0.15) < 0.01
@@ -213,14 +237,30 @@ def test_refuses_to_overwrite_before_any_work(tagged_corpus, tmp_path, monkeypat
     assert before == {path: os.path.getmtime(path) for path in first.record_files}
     second = _create(tagged_corpus, tmp_path, dupe_factor=1, num_output_shards=2, overwrite=True)
     assert sorted(path.name for path in tmp_path.glob("*.tfrecord")) == [
-        os.path.basename(path) for path in second.record_files]
+        os.path.basename(path) for path in second.record_files
+    ]
 
 
 def test_command_line(tagged_corpus, tmp_path, capsys):
     text_file, vocab_file, _ = tagged_corpus
-    argv = ["--input_files", text_file, "--vocab_file", vocab_file, "--output_dir",
-            str(tmp_path), "--max_seq_length", "32", "--max_predictions_per_seq", "5",
-            "--dupe_factor", "1", "--num_output_shards", "2", "--num_workers", "1"]
+    argv = [
+        "--input_files",
+        text_file,
+        "--vocab_file",
+        vocab_file,
+        "--output_dir",
+        str(tmp_path),
+        "--max_seq_length",
+        "32",
+        "--max_predictions_per_seq",
+        "5",
+        "--dupe_factor",
+        "1",
+        "--num_output_shards",
+        "2",
+        "--num_workers",
+        "1",
+    ]
     assert create_data.main(argv) == 0
     progress = capsys.readouterr().err
     assert "wrote shard 1/2" in progress and "wrote shard 2/2" in progress
@@ -232,41 +272,59 @@ def test_command_line(tagged_corpus, tmp_path, capsys):
 
 
 def test_builds_vocabulary_when_none_is_given(tmp_path):
-    sentences = ["The quick brown fox jumps over the lazy dog.", "A quick brown dog naps.",
-                 "The lazy fox sleeps all day long."]
+    sentences = [
+        "The quick brown fox jumps over the lazy dog.",
+        "A quick brown dog naps.",
+        "The lazy fox sleeps all day long.",
+    ]
     text_file = tmp_path / "text.txt"
     text_file.write_text("\n".join(sentences) + "\n\n" + "\n".join(reversed(sentences)) + "\n")
     result = create_data.create_pretraining_data(
-        [str(text_file)], str(tmp_path / "out"), vocabulary_size=100, max_seq_length=16,
-        max_predictions_per_seq=3, dupe_factor=1, num_output_shards=1, num_workers=1,
-        progress=False)
+        [str(text_file)],
+        str(tmp_path / "out"),
+        vocabulary_size=100,
+        max_seq_length=16,
+        max_predictions_per_seq=3,
+        dupe_factor=1,
+        num_output_shards=1,
+        num_workers=1,
+        progress=False,
+    )
     vocabulary = vocab_lib.load_vocabulary(result.vocab_file)
     assert result.vocab_file == str(tmp_path / "out" / "vocab.txt")
     assert vocabulary[:5] == list(vocab_lib.SPECIAL_TOKENS) and "quick" in vocabulary
     assert result.num_examples > 0
 
 
-@pytest.mark.parametrize("kwargs, message", [
-    ({"max_predictions_per_seq": 65},
-     r"max_predictions_per_seq must be in \[1, max_seq_length=64\], got 65"),
-    ({"masked_lm_prob": 1.5}, r"masked_lm_prob must be in \(0, 1\), got 1.5"),
-    ({"dupe_factor": 0}, "dupe_factor must be >= 1, got 0"),
-    ({"num_output_shards": 0}, "num_output_shards must be >= 1, got 0"),
-    ({"max_seq_length": 4}, "max_seq_length must be >= 5, got 4"),
-])
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        (
+            {"max_predictions_per_seq": 65},
+            r"max_predictions_per_seq must be in \[1, max_seq_length=64\], got 65",
+        ),
+        ({"masked_lm_prob": 1.5}, r"masked_lm_prob must be in \(0, 1\), got 1.5"),
+        ({"dupe_factor": 0}, "dupe_factor must be >= 1, got 0"),
+        ({"num_output_shards": 0}, "num_output_shards must be >= 1, got 0"),
+        ({"max_seq_length": 4}, "max_seq_length must be >= 5, got 4"),
+    ],
+)
 def test_rejects_bad_arguments(tagged_corpus, tmp_path, kwargs, message):
     with pytest.raises(ValueError, match=message):
         _create(tagged_corpus, tmp_path, **kwargs)
     assert not list(tmp_path.iterdir())
 
 
-@pytest.mark.parametrize("kwargs, message", [
-    ({"max_seq_length": 64.0}, "max_seq_length must be an integer, got 64.0 of type float"),
-    ({"masked_lm_prob": "0.15"}, "masked_lm_prob must be a number, got '0.15' of type str"),
-    ({"dupe_factor": "2"}, "dupe_factor must be an integer, got '2' of type str"),
-    ({"dynamic_masking": 1}, "dynamic_masking must be True or False, got 1"),
-    ({"num_workers": 1.5}, "num_workers must be an integer or None, got 1.5"),
-])
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"max_seq_length": 64.0}, "max_seq_length must be an integer, got 64.0 of type float"),
+        ({"masked_lm_prob": "0.15"}, "masked_lm_prob must be a number, got '0.15' of type str"),
+        ({"dupe_factor": "2"}, "dupe_factor must be an integer, got '2' of type str"),
+        ({"dynamic_masking": 1}, "dynamic_masking must be True or False, got 1"),
+        ({"num_workers": 1.5}, "num_workers must be an integer or None, got 1.5"),
+    ],
+)
 def test_rejects_arguments_of_the_wrong_type(tagged_corpus, tmp_path, kwargs, message):
     with pytest.raises(TypeError, match=message):
         _create(tagged_corpus, tmp_path, **kwargs)
@@ -276,21 +334,38 @@ def test_rejects_arguments_of_the_wrong_type(tagged_corpus, tmp_path, kwargs, me
 def test_rejects_missing_input_and_single_document(tagged_corpus, tmp_path):
     _, vocab_file, _ = tagged_corpus
     with pytest.raises(ValueError, match=r"input file pattern '.*nothing-\*\.txt' matches no file"):
-        create_data.create_pretraining_data([str(tmp_path / "nothing-*.txt")],
-                                            str(tmp_path / "out"), vocab_file=vocab_file,
-                                            progress=False)
+        create_data.create_pretraining_data(
+            [str(tmp_path / "nothing-*.txt")],
+            str(tmp_path / "out"),
+            vocab_file=vocab_file,
+            progress=False,
+        )
     single = tmp_path / "single.txt"
     single.write_text("d0s0 d0s0\nd0s1 d0s1\n")
     with pytest.raises(ValueError, match="hold 1 non-empty document.*at least 2"):
-        create_data.create_pretraining_data([str(single)], str(tmp_path / "out"),
-                                            vocab_file=vocab_file, num_workers=1, progress=False)
+        create_data.create_pretraining_data(
+            [str(single)],
+            str(tmp_path / "out"),
+            vocab_file=vocab_file,
+            num_workers=1,
+            progress=False,
+        )
 
 
 # A two-document stand-in for the embedded corpus keeps the default-data tests short.
-STAND_IN_DOCUMENTS = [[f"Sentence {word} of the first document." for word in "abcdef"],
-                      [f"Another {word} sentence in document two." for word in "ghijkl"]]
-STAND_IN_ARGUMENTS = dict(max_seq_length=16, max_predictions_per_seq=3, vocabulary_size=60,
-                          dupe_factor=2, num_output_shards=2, num_workers=1, progress=False)
+STAND_IN_DOCUMENTS = [
+    [f"Sentence {word} of the first document." for word in "abcdef"],
+    [f"Another {word} sentence in document two." for word in "ghijkl"],
+]
+STAND_IN_ARGUMENTS = dict(
+    max_seq_length=16,
+    max_predictions_per_seq=3,
+    vocabulary_size=60,
+    dupe_factor=2,
+    num_output_shards=2,
+    num_workers=1,
+    progress=False,
+)
 
 
 def test_default_data_is_reused_refused_or_overwritten(tmp_path, monkeypatch):
@@ -314,7 +389,8 @@ def test_default_data_is_reused_refused_or_overwritten(tmp_path, monkeypatch):
         with pytest.raises(FileExistsError, match="--overwrite"):
             create_data.create_default_pretraining_data(str(tmp_path), **{**arguments, "seed": 1})
     other = create_data.create_default_pretraining_data(
-        str(tmp_path), **{**arguments, "seed": 1}, overwrite=True)
+        str(tmp_path), **{**arguments, "seed": 1}, overwrite=True
+    )
     assert other.config["seed"] == 1
 
 

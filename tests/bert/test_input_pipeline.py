@@ -24,8 +24,14 @@ def _float(values):
     return tf.train.Feature(float_list=tf.train.FloatList(value=[float(v) for v in values]))
 
 
-def _hand_record(example_id, rng, names=("input_ids", "segment_ids"), masked=True,
-                 seq_length=SEQ_LENGTH, max_predictions=MAX_PREDICTIONS):
+def _hand_record(
+    example_id,
+    rng,
+    names=("input_ids", "segment_ids"),
+    masked=True,
+    seq_length=SEQ_LENGTH,
+    max_predictions=MAX_PREDICTIONS,
+):
     """A record with random content; ``input_ids[1] = example_id`` so it can be traced."""
     length = int(rng.integers(6, seq_length + 1))
     input_ids = np.zeros(seq_length, np.int64)
@@ -34,7 +40,7 @@ def _hand_record(example_id, rng, names=("input_ids", "segment_ids"), masked=Tru
     length_a = int(rng.integers(1, length - 3))
     input_ids[0], input_ids[length_a + 1], input_ids[length - 1] = CLS, SEP, SEP
     segment_ids = np.zeros(seq_length, np.int64)
-    segment_ids[length_a + 2:length] = 1
+    segment_ids[length_a + 2 : length] = 1
     values = {
         names[0]: input_ids,
         "input_mask": (np.arange(seq_length) < length).astype(np.int64),
@@ -48,8 +54,9 @@ def _hand_record(example_id, rng, names=("input_ids", "segment_ids"), masked=Tru
         positions = np.zeros(max_predictions, np.int64)
         positions[:count] = np.sort(rng.choice(candidates, count, replace=False))
         values["masked_lm_positions"] = positions
-        values["masked_lm_ids"] = np.where(np.arange(max_predictions) < count,
-                                           rng.integers(5, len(VOCABULARY), max_predictions), 0)
+        values["masked_lm_ids"] = np.where(
+            np.arange(max_predictions) < count, rng.integers(5, len(VOCABULARY), max_predictions), 0
+        )
         values["masked_lm_weights"] = (np.arange(max_predictions) < count).astype(np.float32)
         feature["masked_lm_positions"] = _int64(values["masked_lm_positions"])
         feature["masked_lm_ids"] = _int64(values["masked_lm_ids"])
@@ -69,24 +76,29 @@ def _write_files(directory, num_files, per_file, seed=0, **kwargs):
     rng = np.random.default_rng(seed)
     files, values = [], []
     for file_index in range(num_files):
-        records = [_hand_record(1000 + file_index * per_file + index, rng, **kwargs)
-                   for index in range(per_file)]
+        records = [
+            _hand_record(1000 + file_index * per_file + index, rng, **kwargs)
+            for index in range(per_file)
+        ]
         files.append(_write(directory / f"data-{file_index}.tfrecord", records))
         values.extend(value for _, value in records)
     return files, values
 
 
-@pytest.mark.parametrize("names", [("input_ids", "segment_ids"),
-                                   ("input_word_ids", "input_type_ids")])
+@pytest.mark.parametrize(
+    "names", [("input_ids", "segment_ids"), ("input_word_ids", "input_type_ids")]
+)
 def test_reads_hand_written_records_exactly(tmp_path, names):
     files, expected = _write_files(tmp_path, num_files=2, per_file=3, names=names)
     dataset = input_pipeline.make_pretraining_dataset(
-        files, SEQ_LENGTH, MAX_PREDICTIONS, batch_size_per_replica=2, is_training=False)
+        files, SEQ_LENGTH, MAX_PREDICTIONS, batch_size_per_replica=2, is_training=False
+    )
     batches = list(dataset)
     assert len(batches) == 3
     features, labels, weights = (
         {key: np.concatenate([batch[part][key] for batch in batches]) for key in batches[0][part]}
-        for part in range(3))
+        for part in range(3)
+    )
     reference = {key: np.stack([value[key] for value in expected]) for key in expected[0]}
     np.testing.assert_array_equal(features["token_ids"], reference[names[0]])
     np.testing.assert_array_equal(features["segment_ids"], reference[names[1]])
@@ -97,8 +109,12 @@ def test_reads_hand_written_records_exactly(tmp_path, names):
     np.testing.assert_array_equal(weights["masked_lm"], reference["masked_lm_weights"])
     np.testing.assert_array_equal(weights["next_sentence"], np.ones(6))
     spec = dataset.element_spec
-    shapes = {"token_ids": [2, SEQ_LENGTH], "segment_ids": [2, SEQ_LENGTH],
-              "padding_mask": [2, SEQ_LENGTH], "mask_positions": [2, MAX_PREDICTIONS]}
+    shapes = {
+        "token_ids": [2, SEQ_LENGTH],
+        "segment_ids": [2, SEQ_LENGTH],
+        "padding_mask": [2, SEQ_LENGTH],
+        "mask_positions": [2, MAX_PREDICTIONS],
+    }
     assert {key: value.shape.as_list() for key, value in spec[0].items()} == shapes
     assert {key: value.dtype for key, value in spec[0].items()} == dict.fromkeys(shapes, tf.int32)
     assert spec[1]["masked_lm"].shape.as_list() == [2, MAX_PREDICTIONS]
@@ -110,12 +126,14 @@ def test_reads_hand_written_records_exactly(tmp_path, names):
 def test_training_drops_the_partial_batch_and_repeats(tmp_path):
     files, expected = _write_files(tmp_path, num_files=1, per_file=5)
     dataset = input_pipeline.make_pretraining_dataset(
-        files, SEQ_LENGTH, MAX_PREDICTIONS, batch_size_per_replica=2, seed=3)
+        files, SEQ_LENGTH, MAX_PREDICTIONS, batch_size_per_replica=2, seed=3
+    )
     ids = [batch[0]["token_ids"][:, 1].numpy() for batch in dataset.take(10)]
     assert all(batch.shape == (2,) for batch in ids)
     assert set(np.concatenate(ids)) == {value["input_ids"][1] for value in expected}
     eval_dataset = input_pipeline.make_pretraining_dataset(
-        files, SEQ_LENGTH, MAX_PREDICTIONS, batch_size_per_replica=2, is_training=False)
+        files, SEQ_LENGTH, MAX_PREDICTIONS, batch_size_per_replica=2, is_training=False
+    )
     assert len(list(eval_dataset)) == 2
 
 
@@ -125,15 +143,26 @@ def test_input_pipelines_read_disjoint_examples(tmp_path, num_files):
     files, expected = _write_files(tmp_path, num_files=num_files, per_file=24 // num_files)
     seen = []
     for pipeline_id in range(2):
-        context = tf.distribute.InputContext(num_input_pipelines=2, input_pipeline_id=pipeline_id,
-                                             num_replicas_in_sync=2)
+        context = tf.distribute.InputContext(
+            num_input_pipelines=2, input_pipeline_id=pipeline_id, num_replicas_in_sync=2
+        )
         dataset = input_pipeline.make_pretraining_dataset(
-            files, SEQ_LENGTH, MAX_PREDICTIONS, batch_size_per_replica=2, input_context=context,
-            seed=1)
+            files,
+            SEQ_LENGTH,
+            MAX_PREDICTIONS,
+            batch_size_per_replica=2,
+            input_context=context,
+            seed=1,
+        )
         # 240 batches of 2 is 40 passes over each pipeline's 12 examples: the shuffle mixes
         # passes, so a few passes could miss an example (at 5 passes, ~6% of runs did).
-        seen.append({int(token) for features, _, _ in dataset.take(240)
-                     for token in features["token_ids"][:, 1]})
+        seen.append(
+            {
+                int(token)
+                for features, _, _ in dataset.take(240)
+                for token in features["token_ids"][:, 1]
+            }
+        )
     assert len(seen[0]) == len(seen[1]) == 12 and not seen[0] & seen[1]
     assert seen[0] | seen[1] == {value["input_ids"][1] for value in expected}
 
@@ -143,28 +172,44 @@ def test_mirrored_strategy_gives_replicas_disjoint_static_batches(tmp_path):
     strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
     distributed = strategy.distribute_datasets_from_function(
         lambda context: input_pipeline.make_pretraining_dataset(
-            files, SEQ_LENGTH, MAX_PREDICTIONS,
+            files,
+            SEQ_LENGTH,
+            MAX_PREDICTIONS,
             batch_size_per_replica=context.get_per_replica_batch_size(4),
-            is_training=False, input_context=context))
+            is_training=False,
+            input_context=context,
+        )
+    )
     seen = []
     for features, labels, weights in distributed:
-        per_replica = [tokens[:, 1].numpy().tolist()
-                       for tokens in strategy.experimental_local_results(features["token_ids"])]
+        per_replica = [
+            tokens[:, 1].numpy().tolist()
+            for tokens in strategy.experimental_local_results(features["token_ids"])
+        ]
         for positions in strategy.experimental_local_results(features["mask_positions"]):
             assert positions.shape == (2, MAX_PREDICTIONS)
-        assert [tokens.shape for tokens in strategy.experimental_local_results(
-            features["token_ids"])] == [(2, SEQ_LENGTH)] * 2
+        assert [
+            tokens.shape for tokens in strategy.experimental_local_results(features["token_ids"])
+        ] == [(2, SEQ_LENGTH)] * 2
         assert not set(per_replica[0]) & set(per_replica[1])
         seen.extend(per_replica[0] + per_replica[1])
     assert sorted(seen) == sorted(value["input_ids"][1] for value in expected)
 
 
 def test_dynamic_masking(tmp_path):
-    files, expected = _write_files(tmp_path, num_files=2, per_file=50, masked=False,
-                                   seq_length=64, max_predictions=8)
+    files, expected = _write_files(
+        tmp_path, num_files=2, per_file=50, masked=False, seq_length=64, max_predictions=8
+    )
     dataset = input_pipeline.make_pretraining_dataset(
-        files, 64, 8, batch_size_per_replica=25, is_training=False, seed=5,
-        dynamic_masking=True, vocabulary=VOCABULARY)
+        files,
+        64,
+        8,
+        batch_size_per_replica=25,
+        is_training=False,
+        seed=5,
+        dynamic_masking=True,
+        vocabulary=VOCABULARY,
+    )
     outcomes = {"mask": 0, "kept": 0, "random": 0}
     passes = []
     for _ in range(6):
@@ -173,10 +218,13 @@ def test_dynamic_masking(tmp_path):
         batches = list(dataset)
         tokens, positions, original_ids, weights = (
             np.concatenate([part[key].numpy() for part in parts])
-            for parts, key in (([b[0] for b in batches], "token_ids"),
-                               ([b[0] for b in batches], "mask_positions"),
-                               ([b[1] for b in batches], "masked_lm"),
-                               ([b[2] for b in batches], "masked_lm")))
+            for parts, key in (
+                ([b[0] for b in batches], "token_ids"),
+                ([b[0] for b in batches], "mask_positions"),
+                ([b[1] for b in batches], "masked_lm"),
+                ([b[2] for b in batches], "masked_lm"),
+            )
+        )
         for index, record in enumerate(expected):
             count = int(weights[index].sum())
             assert count == min(8, max(1, round(int(record["input_mask"].sum()) * 0.15)))
@@ -201,23 +249,28 @@ def test_dynamic_masking(tmp_path):
     total = sum(outcomes.values())
     assert total > 2500, total
     # A random replacement equals the original with probability 1/40, counted as "kept".
-    for outcome, probability in (("mask", 0.8), ("kept", 0.1 + 0.1 / 40),
-                                 ("random", 0.1 - 0.1 / 40)):
+    for outcome, probability in (
+        ("mask", 0.8),
+        ("kept", 0.1 + 0.1 / 40),
+        ("random", 0.1 - 0.1 / 40),
+    ):
         tolerance = 4 * np.sqrt(probability * (1 - probability) / total)
         assert abs(outcomes[outcome] / total - probability) < tolerance, (outcome, outcomes)
 
 
 def test_error_when_no_file_matches(tmp_path):
     pattern = str(tmp_path / "missing-*.tfrecord")
-    with pytest.raises(ValueError,
-                       match=re.escape(f"record file pattern '{pattern}' matches no file")):
+    with pytest.raises(
+        ValueError, match=re.escape(f"record file pattern '{pattern}' matches no file")
+    ):
         input_pipeline.make_pretraining_dataset(pattern, SEQ_LENGTH, MAX_PREDICTIONS, 2)
 
 
 def test_error_when_max_predictions_exceeds_seq_length(tmp_path):
     files, _ = _write_files(tmp_path, num_files=1, per_file=1)
-    with pytest.raises(ValueError,
-                       match=r"max_predictions_per_seq must be in \[1, seq_length=16\], got 17"):
+    with pytest.raises(
+        ValueError, match=r"max_predictions_per_seq must be in \[1, seq_length=16\], got 17"
+    ):
         input_pipeline.make_pretraining_dataset(files, SEQ_LENGTH, 17, 2)
 
 
@@ -233,11 +286,17 @@ def test_error_when_a_feature_is_missing(tmp_path):
 
 def test_error_when_a_feature_has_the_wrong_length(tmp_path):
     files, _ = _write_files(tmp_path, num_files=1, per_file=1)
-    with pytest.raises(ValueError, match=f"record file '{files[0]}': feature 'input_ids' has 16 "
-                                         r"values, expected 32 \(seq_length=32\)"):
+    with pytest.raises(
+        ValueError,
+        match=f"record file '{files[0]}': feature 'input_ids' has 16 "
+        r"values, expected 32 \(seq_length=32\)",
+    ):
         input_pipeline.make_pretraining_dataset(files, 32, MAX_PREDICTIONS, 2)
-    with pytest.raises(ValueError, match=f"record file '{files[0]}': feature 'masked_lm_positions' "
-                                         r"has 4 values, expected 5 \(max_predictions_per_seq=5\)"):
+    with pytest.raises(
+        ValueError,
+        match=f"record file '{files[0]}': feature 'masked_lm_positions' "
+        r"has 4 values, expected 5 \(max_predictions_per_seq=5\)",
+    ):
         input_pipeline.make_pretraining_dataset(files, SEQ_LENGTH, 5, 2)
 
 
@@ -246,13 +305,16 @@ def test_error_for_empty_file_and_masking_variant_mismatch(tmp_path):
     with pytest.raises(ValueError, match=f"record file '{empty}' contains no records"):
         input_pipeline.make_pretraining_dataset(empty, SEQ_LENGTH, MAX_PREDICTIONS, 2)
     masked, _ = _write_files(tmp_path, num_files=1, per_file=1)
-    with pytest.raises(ValueError,
-                       match="holds masked records.*dynamic_masking=True needs unmasked"):
-        input_pipeline.make_pretraining_dataset(masked, SEQ_LENGTH, MAX_PREDICTIONS, 2,
-                                                dynamic_masking=True, vocabulary=VOCABULARY)
+    with pytest.raises(
+        ValueError, match="holds masked records.*dynamic_masking=True needs unmasked"
+    ):
+        input_pipeline.make_pretraining_dataset(
+            masked, SEQ_LENGTH, MAX_PREDICTIONS, 2, dynamic_masking=True, vocabulary=VOCABULARY
+        )
     with pytest.raises(ValueError, match="dynamic_masking=True needs vocabulary"):
-        input_pipeline.make_pretraining_dataset(masked, SEQ_LENGTH, MAX_PREDICTIONS, 2,
-                                                dynamic_masking=True)
+        input_pipeline.make_pretraining_dataset(
+            masked, SEQ_LENGTH, MAX_PREDICTIONS, 2, dynamic_masking=True
+        )
     (tmp_path / "unmasked").mkdir()
     unmasked, _ = _write_files(tmp_path / "unmasked", num_files=1, per_file=1, masked=False)
     with pytest.raises(ValueError, match="lacks masked_lm_positions.*pass dynamic_masking=True"):
@@ -262,24 +324,35 @@ def test_error_for_empty_file_and_masking_variant_mismatch(tmp_path):
 def test_error_when_files_spell_features_differently(tmp_path):
     rng = np.random.default_rng(0)
     google = _write(tmp_path / "a.tfrecord", [_hand_record(1, rng)])
-    garden = _write(tmp_path / "b.tfrecord",
-                    [_hand_record(2, rng, names=("input_word_ids", "input_type_ids"))])
-    with pytest.raises(ValueError, match=f"record file '{garden}' names its features "
-                                         r"\('input_word_ids', 'input_type_ids'\)"):
+    garden = _write(
+        tmp_path / "b.tfrecord", [_hand_record(2, rng, names=("input_word_ids", "input_type_ids"))]
+    )
+    with pytest.raises(
+        ValueError,
+        match=f"record file '{garden}' names its features "
+        r"\('input_word_ids', 'input_type_ids'\)",
+    ):
         input_pipeline.make_pretraining_dataset([google, garden], SEQ_LENGTH, MAX_PREDICTIONS, 2)
 
 
-@pytest.mark.parametrize("kwargs, message", [
-    ({"seq_length": "16"}, "seq_length must be an integer, got '16' of type str"),
-    ({"batch_size_per_replica": 2.0}, "batch_size_per_replica must be an integer, got 2.0"),
-    ({"masked_lm_prob": "0.15"}, "masked_lm_prob must be a number, got '0.15' of type str"),
-    ({"dynamic_masking": "yes"}, "dynamic_masking must be True or False, got 'yes'"),
-    ({"file_patterns": 7}, "file_patterns must be a file pattern or a list of them, got 7"),
-])
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"seq_length": "16"}, "seq_length must be an integer, got '16' of type str"),
+        ({"batch_size_per_replica": 2.0}, "batch_size_per_replica must be an integer, got 2.0"),
+        ({"masked_lm_prob": "0.15"}, "masked_lm_prob must be a number, got '0.15' of type str"),
+        ({"dynamic_masking": "yes"}, "dynamic_masking must be True or False, got 'yes'"),
+        ({"file_patterns": 7}, "file_patterns must be a file pattern or a list of them, got 7"),
+    ],
+)
 def test_error_for_an_argument_of_the_wrong_type(tmp_path, kwargs, message):
     files, _ = _write_files(tmp_path, num_files=1, per_file=1)
-    arguments = dict(file_patterns=files, seq_length=SEQ_LENGTH,
-                     max_predictions_per_seq=MAX_PREDICTIONS, batch_size_per_replica=2)
+    arguments = dict(
+        file_patterns=files,
+        seq_length=SEQ_LENGTH,
+        max_predictions_per_seq=MAX_PREDICTIONS,
+        batch_size_per_replica=2,
+    )
     with pytest.raises(TypeError, match=re.escape(message)):
         input_pipeline.make_pretraining_dataset(**{**arguments, **kwargs})
 

@@ -11,7 +11,11 @@ def test_documents_are_separated_by_blank_lines_across_files(tmp_path):
     documents = instances.read_documents(f"{tmp_path / 'b.txt'},{tmp_path / 'a.txt'}")
     assert documents == [["One.", "Two."], ["Three."], ["Four."], ["Five.", "Six."]]
     assert instances.read_documents([str(tmp_path / "*.txt")]) == [
-        ["Four."], ["Five.", "Six."], ["One.", "Two."], ["Three."]]
+        ["Four."],
+        ["Five.", "Six."],
+        ["One.", "Two."],
+        ["Three."],
+    ]
 
 
 def test_instance_options_defaults_and_checks():

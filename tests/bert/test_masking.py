@@ -30,13 +30,20 @@ def test_num_to_predict_is_the_same_in_python_and_tensorflow():
     # 10 * 0.15 = 1.5 -> 2 and 30 * 0.15 = 4.5 -> 4: halves round to even, in both.
     num_tokens = np.arange(1, 200)
     num_candidates = np.maximum(num_tokens - 3, 0)
-    python = [masking.num_to_predict(int(n), int(c), 20, 0.15)
-              for n, c in zip(num_tokens, num_candidates)]
-    assert python == [_reference_num_to_predict(int(n), int(c), 20, 0.15)
-                      for n, c in zip(num_tokens, num_candidates)]
+    python = [
+        masking.num_to_predict(int(n), int(c), 20, 0.15) for n, c in zip(num_tokens, num_candidates)
+    ]
+    assert python == [
+        _reference_num_to_predict(int(n), int(c), 20, 0.15)
+        for n, c in zip(num_tokens, num_candidates)
+    ]
     tensorflow = masking.num_to_predict(
-        tf.constant(num_tokens, tf.float64), tf.constant(num_candidates, tf.int32), 20, 0.15,
-        **masking.TENSORFLOW_OPS)
+        tf.constant(num_tokens, tf.float64),
+        tf.constant(num_candidates, tf.int32),
+        20,
+        0.15,
+        **masking.TENSORFLOW_OPS,
+    )
     assert tensorflow.numpy().tolist() == python
     assert python[9] == 2 and python[29] == 4
 
@@ -61,8 +68,11 @@ def test_mask_tokens_masks_the_rule_s_count_and_never_a_special_token():
             outcomes["mask" if new == MASK else "kept" if new == old else "random"] += 1
     total = sum(outcomes.values())
     # A random replacement equals the original with probability 1/40, counted as "kept".
-    for outcome, probability in (("mask", 0.8), ("kept", 0.1 + 0.1 / 40),
-                                 ("random", 0.1 - 0.1 / 40)):
+    for outcome, probability in (
+        ("mask", 0.8),
+        ("kept", 0.1 + 0.1 / 40),
+        ("random", 0.1 - 0.1 / 40),
+    ):
         tolerance = 4 * np.sqrt(probability * (1 - probability) / total)
         assert abs(outcomes[outcome] / total - probability) < tolerance, (outcome, outcomes)
 
@@ -72,6 +82,13 @@ def test_mask_token_batch_round_half_to_even():
     tokens = tf.constant([[CLS] + [10] * 28 + [SEP] + [0] * 34], tf.int32)
     padding_mask = tf.cast(tokens != 0, tf.int32)
     _, _, _, weights = masking.mask_token_batch(
-        tokens, padding_mask, tf.constant([1, 2], tf.int64), 8, 0.15, MASK, (CLS, SEP),
-        tuple(range(5, 45)))
+        tokens,
+        padding_mask,
+        tf.constant([1, 2], tf.int64),
+        8,
+        0.15,
+        MASK,
+        (CLS, SEP),
+        tuple(range(5, 45)),
+    )
     assert float(tf.reduce_sum(weights)) == round(30 * 0.15) == 4

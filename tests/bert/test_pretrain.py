@@ -37,24 +37,36 @@ def records(tmp_path_factory):
 
 def _config(output_dir, record_file, *overrides):
     """Two phases of 6 steps on one record file; checkpoints every 4 steps, windows of 2."""
-    phase = ("{seq_length: 16, max_predictions_per_seq: 4, global_batch_size: %d, steps: 6, "
-             "warmup_steps: 1, peak_learning_rate: 1.0e-2, input_files: ['%s']}")
-    return config_lib.load_config(overrides=[
-        f"output_dir={output_dir}",
-        "model.num_layers=1", "model.hidden_dim=16", "model.num_heads=2",
-        "model.vocabulary_size=64", "model.dropout=0.0",
-        f"phases=[{phase % (8, record_file)}, {phase % (4, record_file)}]",
-        "log_interval=2", "checkpoint_interval=4", "strategy.name=default",
-        *overrides,
-    ])
+    phase = (
+        "{seq_length: 16, max_predictions_per_seq: 4, global_batch_size: %d, steps: 6, "
+        "warmup_steps: 1, peak_learning_rate: 1.0e-2, input_files: ['%s']}"
+    )
+    return config_lib.load_config(
+        overrides=[
+            f"output_dir={output_dir}",
+            "model.num_layers=1",
+            "model.hidden_dim=16",
+            "model.num_heads=2",
+            "model.vocabulary_size=64",
+            "model.dropout=0.0",
+            f"phases=[{phase % (8, record_file)}, {phase % (4, record_file)}]",
+            "log_interval=2",
+            "checkpoint_interval=4",
+            "strategy.name=default",
+            *overrides,
+        ]
+    )
 
 
 def _weights(summary):
     """Every array of the final checkpoint: model weights and optimizer state."""
     arrays = {}
     with h5py.File(summary["checkpoint"], "r") as file:
-        file.visititems(lambda name, item: arrays.__setitem__(name, item[()])
-                        if isinstance(item, h5py.Dataset) else None)
+        file.visititems(
+            lambda name, item: (
+                arrays.__setitem__(name, item[()]) if isinstance(item, h5py.Dataset) else None
+            )
+        )
     return arrays
 
 
@@ -97,14 +109,25 @@ def test_run_reports_steps_throughput_and_metrics(uninterrupted):
         assert json.load(stream) == summary
     # Keeps the newest 2 checkpoints: global steps 10 (phase 2, step 4) and 12 (the end).
     assert sorted(os.listdir(os.path.join(config.output_dir, "checkpoints"))) == [
-        "ckpt-000000010.weights.h5", "ckpt-000000012.weights.h5", "state.json"]
+        "ckpt-000000010.weights.h5",
+        "ckpt-000000012.weights.h5",
+        "state.json",
+    ]
     tags = set()
     for event_file in glob.glob(os.path.join(config.output_dir, "logs", "*")):
         for event in tf.compat.v1.train.summary_iterator(event_file):
             tags.update(value.tag for value in event.summary.value)
-    assert {"loss", "masked_lm_loss", "masked_lm_accuracy", "next_sentence_accuracy",
-            "learning_rate", "trust_ratio_min", "trust_ratio_median", "trust_ratio_max",
-            "examples_per_second"} <= tags
+    assert {
+        "loss",
+        "masked_lm_loss",
+        "masked_lm_accuracy",
+        "next_sentence_accuracy",
+        "learning_rate",
+        "trust_ratio_min",
+        "trust_ratio_median",
+        "trust_ratio_max",
+        "examples_per_second",
+    } <= tags
 
 
 def test_resume_after_interruptions_equals_uninterrupted_run(tmp_path, records, uninterrupted):
@@ -162,9 +185,12 @@ def test_killed_process_resumes(tmp_path, records, uninterrupted):
     # Killed in phase 1 after step 5, with the checkpoint of step 4 the newest: the resumed
     # run must train steps 5 to 12 again.
     stalled = tmp_path / "stalled"
-    process = subprocess.Popen([sys.executable, "-c", _RUN_THAT_STALLS, "5", str(stalled)]
-                               + overrides, env=environment, stdout=subprocess.DEVNULL,
-                               stderr=subprocess.DEVNULL)
+    process = subprocess.Popen(
+        [sys.executable, "-c", _RUN_THAT_STALLS, "5", str(stalled)] + overrides,
+        env=environment,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         deadline = time.time() + 120
         while not stalled.exists() and time.time() < deadline and process.poll() is None:
@@ -173,8 +199,13 @@ def test_killed_process_resumes(tmp_path, records, uninterrupted):
     finally:
         process.send_signal(signal.SIGKILL)
         process.wait()
-    finished = subprocess.run([sys.executable, "-m", "keras_largebatch.bert.pretrain"] + overrides,
-                              env=environment, capture_output=True, text=True, timeout=300)
+    finished = subprocess.run(
+        [sys.executable, "-m", "keras_largebatch.bert.pretrain"] + overrides,
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert finished.returncode == 0, finished.stderr[-2000:]
     summary = json.loads(finished.stdout)
     assert summary["global_steps"] == 12 and summary["resumed_from_step"] == 4
@@ -183,8 +214,9 @@ def test_killed_process_resumes(tmp_path, records, uninterrupted):
 
 def _flatten(config):
     values = config.to_dict()
-    return [(key, json.dumps(values[key])) for key in values if key not in ("phases",)
-            ] + [("phases", json.dumps(values["phases"]))]
+    return [(key, json.dumps(values[key])) for key in values if key not in ("phases",)] + [
+        ("phases", json.dumps(values["phases"]))
+    ]
 
 
 def test_completed_run_is_reported_not_retrained(uninterrupted):
@@ -213,9 +245,14 @@ def test_two_replicas_equal_one_device(tmp_path, records, uninterrupted):
     # One record file: the two input pipelines take alternate records, so every global batch
     # holds the same examples as the single pipeline's.
     summary = pretrain_lib.pretrain(
-        _config(tmp_path, records["varied"], "strategy.name=mirrored",
-                "strategy.devices=['/cpu:0', '/cpu:1']"),
-        log=lambda line: None)
+        _config(
+            tmp_path,
+            records["varied"],
+            "strategy.name=mirrored",
+            "strategy.devices=['/cpu:0', '/cpu:1']",
+        ),
+        log=lambda line: None,
+    )
     assert summary["strategy"]["num_replicas"] == 2
     _assert_arrays_close(_weights(summary), _weights(expected), rtol=1e-5, atol=1e-6)
 
@@ -229,14 +266,14 @@ def _assert_arrays_close(actual, expected, rtol, atol, prefix=""):
     assert actual.keys() == expected.keys()
     assert "layers/bert_backbone/layers/embedding/vars/0" in expected
     for name in expected:
-        np.testing.assert_allclose(actual[name], expected[name], rtol=rtol, atol=atol,
-                                   err_msg=name)
+        np.testing.assert_allclose(actual[name], expected[name], rtol=rtol, atol=atol, err_msg=name)
 
 
 def test_steps_per_execution_gives_the_same_run(tmp_path, records, uninterrupted):
     _, expected = uninterrupted
     summary = pretrain_lib.pretrain(
-        _config(tmp_path, records["varied"], "steps_per_execution=2"), log=lambda line: None)
+        _config(tmp_path, records["varied"], "steps_per_execution=2"), log=lambda line: None
+    )
     assert summary["global_steps"] == 12
     reference = _weights(expected)
     for name, value in _weights(summary).items():
@@ -249,18 +286,24 @@ def test_steps_per_execution_gives_the_same_run(tmp_path, records, uninterrupted
 # gradient of the wrong scale shows in every weight (and the trust ratio would rescale a
 # layer's update to the layer's norm, turning the rounding noise of a layer whose gradient
 # nearly cancels into a full-size step).
-_LINEAR_STEP = ["optimizer.exclude_from_layer_adaptation=['.']", "optimizer.epsilon=1.0",
-                "optimizer.global_clipnorm=null"]
+_LINEAR_STEP = [
+    "optimizer.exclude_from_layer_adaptation=['.']",
+    "optimizer.epsilon=1.0",
+    "optimizer.global_clipnorm=null",
+]
 
 
 def _linear_step(output_dir, records, accumulation=1, *overrides):
-    phase = ("phases=[{seq_length: 16, max_predictions_per_seq: 4, global_batch_size: 8, "
-             "steps: 1, warmup_steps: 0, peak_learning_rate: 1.0e-2, "
-             f"gradient_accumulation_steps: {accumulation}, "
-             f"input_files: ['{records['full']}']}}]")
+    phase = (
+        "phases=[{seq_length: 16, max_predictions_per_seq: 4, global_batch_size: 8, "
+        "steps: 1, warmup_steps: 0, peak_learning_rate: 1.0e-2, "
+        f"gradient_accumulation_steps: {accumulation}, "
+        f"input_files: ['{records['full']}']}}]"
+    )
     return pretrain_lib.pretrain(
         _config(output_dir, records["full"], phase, *_LINEAR_STEP, *overrides),
-        log=lambda line: None)
+        log=lambda line: None,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -268,44 +311,55 @@ def linear_step_on_one_device(tmp_path_factory, records):
     return _linear_step(tmp_path_factory.mktemp("linear"), records)
 
 
-def test_gradient_accumulation_equals_the_full_batch(tmp_path, records,
-                                                     linear_step_on_one_device):
+def test_gradient_accumulation_equals_the_full_batch(tmp_path, records, linear_step_on_one_device):
     summary = _linear_step(tmp_path, records, accumulation=2)
     assert summary["global_steps"] == 1
     # The weights only: the optimizer also holds the accumulators here.
-    _assert_arrays_close(_weights(summary), _weights(linear_step_on_one_device), rtol=1e-5,
-                         atol=1e-7, prefix="layers/")
+    _assert_arrays_close(
+        _weights(summary),
+        _weights(linear_step_on_one_device),
+        rtol=1e-5,
+        atol=1e-7,
+        prefix="layers/",
+    )
 
 
 def test_two_replicas_equal_one_device_in_a_step_linear_in_the_gradient(
-        tmp_path, records, linear_step_on_one_device):
+    tmp_path, records, linear_step_on_one_device
+):
     # LAMB with its trust ratio and clip, as above, is blind to a uniformly scaled gradient.
-    summary = _linear_step(tmp_path, records, 1, "strategy.name=mirrored",
-                           "strategy.devices=['/cpu:0', '/cpu:1']")
+    summary = _linear_step(
+        tmp_path, records, 1, "strategy.name=mirrored", "strategy.devices=['/cpu:0', '/cpu:1']"
+    )
     assert summary["strategy"]["num_replicas"] == 2
-    _assert_arrays_close(_weights(summary), _weights(linear_step_on_one_device), rtol=1e-5,
-                         atol=1e-7)
+    _assert_arrays_close(
+        _weights(summary), _weights(linear_step_on_one_device), rtol=1e-5, atol=1e-7
+    )
 
 
 @pytest.mark.parametrize("policy", ["mixed_bfloat16", "mixed_float16"])
 def test_mixed_precision_trains_with_float32_weights(tmp_path, records, policy):
     # mixed_float16 also wraps the optimizer in a LossScaleOptimizer (GPU runs).
     summary = pretrain_lib.pretrain(
-        _config(tmp_path, records["varied"], f"mixed_precision={policy}"),
-        log=lambda line: None)
+        _config(tmp_path, records["varied"], f"mixed_precision={policy}"), log=lambda line: None
+    )
     assert np.isfinite(summary["final"]["loss"])
     assert summary["final"]["masked_lm_loss"] < summary["initial"]["masked_lm_loss"] + 0.5
     weights = _weights(summary)
     assert {value.dtype for name, value in weights.items() if name.startswith("layers/")} == {
-        np.dtype("float32")}
+        np.dtype("float32")
+    }
 
 
 def test_different_config_is_refused_then_overwritten(tmp_path, records):
     config = _config(tmp_path, records["varied"], "phases.1.steps=2", "phases.1.warmup_steps=0")
     pretrain_lib.pretrain(config, log=lambda line: None)
     changed = _config(tmp_path, records["varied"], "phases.1.steps=4", "phases.1.warmup_steps=0")
-    with pytest.raises(ValueError, match=r"holds a run with a different config \(differs at "
-                                         r"\['phases.1.steps'\]\).*overwrite=true"):
+    with pytest.raises(
+        ValueError,
+        match=r"holds a run with a different config \(differs at "
+        r"\['phases.1.steps'\]\).*overwrite=true",
+    ):
         pretrain_lib.pretrain(changed, log=lambda line: None)
     user_file = tmp_path / "notes.txt"
     user_file.write_text("mine")
@@ -319,8 +373,9 @@ def test_fixed_config_runs_after_a_refused_one(tmp_path, records):
     # A run refused before its first checkpoint leaves nothing to resume: the corrected
     # command takes the directory over.
     with pytest.raises(ValueError, match="matches no file"):
-        pretrain_lib.pretrain(_config(tmp_path, str(tmp_path / "typo-*.tfrecord")),
-                              log=lambda line: None)
+        pretrain_lib.pretrain(
+            _config(tmp_path, str(tmp_path / "typo-*.tfrecord")), log=lambda line: None
+        )
     config = _config(tmp_path, records["varied"], "phases.1.steps=2", "phases.1.warmup_steps=0")
     assert pretrain_lib.pretrain(config, log=lambda line: None)["global_steps"] == 8
 
@@ -332,32 +387,45 @@ def _refused_before_training(config, message):
 
 
 def test_pattern_matching_no_file(tmp_path):
-    _refused_before_training(_config(tmp_path / "run", str(tmp_path / "nothing-*.tfrecord")),
-                             r"record file pattern '.*nothing-\*.tfrecord' matches no file")
+    _refused_before_training(
+        _config(tmp_path / "run", str(tmp_path / "nothing-*.tfrecord")),
+        r"record file pattern '.*nothing-\*.tfrecord' matches no file",
+    )
 
 
 def test_record_with_a_missing_feature(tmp_path, records):
-    _refused_before_training(_config(tmp_path / "run", records["missing"]),
-                             r"missing.tfrecord' lacks feature 'masked_lm_ids'")
+    _refused_before_training(
+        _config(tmp_path / "run", records["missing"]),
+        r"missing.tfrecord' lacks feature 'masked_lm_ids'",
+    )
 
 
 def test_record_with_a_wrong_length(tmp_path, records):
-    _refused_before_training(_config(tmp_path / "run", records["short"]),
-                             r"short.tfrecord': feature 'input_ids' has 15 values, expected 16")
+    _refused_before_training(
+        _config(tmp_path / "run", records["short"]),
+        r"short.tfrecord': feature 'input_ids' has 15 values, expected 16",
+    )
 
 
 def test_batch_that_does_not_split_over_replicas(tmp_path, records):
     _refused_before_training(
-        _config(tmp_path / "run", records["varied"], "phases.0.global_batch_size=9",
-                "strategy.name=mirrored", "strategy.devices=['/cpu:0', '/cpu:1']"),
+        _config(
+            tmp_path / "run",
+            records["varied"],
+            "phases.0.global_batch_size=9",
+            "strategy.name=mirrored",
+            "strategy.devices=['/cpu:0', '/cpu:1']",
+        ),
         r"phases.0.global_batch_size=9 / gradient_accumulation_steps=1 = 9 examples per "
-        r"micro-batch must be divisible by the 2 replicas")
+        r"micro-batch must be divisible by the 2 replicas",
+    )
 
 
 def test_non_empty_directory_of_something_else(tmp_path, records):
     (tmp_path / "thesis.tex").write_text("mine")
-    _refused_before_training(_config(tmp_path, records["varied"]),
-                             r"is not empty and holds no run_config.json")
+    _refused_before_training(
+        _config(tmp_path, records["varied"]), r"is not empty and holds no run_config.json"
+    )
     assert (tmp_path / "thesis.tex").read_text() == "mine"
 
 
@@ -366,11 +434,22 @@ def test_command_line_errors_and_print_config(capsys):
     assert "error: model.size must be one of" in capsys.readouterr().err
     assert pretrain_lib.main(["phases.0.max_predictions_per_seq=300"]) == 2
     assert "max_predictions_per_seq must be in [1, phases.0.seq_length=128], got 300" in (
-        capsys.readouterr().err)
+        capsys.readouterr().err
+    )
     assert pretrain_lib.main(["optimizer.weight_decay=much"]) == 2
     assert "optimizer.weight_decay must be a number, got 'much'" in capsys.readouterr().err
-    assert pretrain_lib.main(["--print_config", "phases.0.steps=7", "phases.0.warmup_steps=1",
-                              "log_interval=1", "checkpoint_interval=7"]) == 0
+    assert (
+        pretrain_lib.main(
+            [
+                "--print_config",
+                "phases.0.steps=7",
+                "phases.0.warmup_steps=1",
+                "log_interval=1",
+                "checkpoint_interval=7",
+            ]
+        )
+        == 0
+    )
     printed = config_lib.config_from_dict(__import__("yaml").safe_load(capsys.readouterr().out))
     assert printed.phases[0].steps == 7 and printed.model.size == "tiny"
 

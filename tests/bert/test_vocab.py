@@ -17,8 +17,11 @@ def test_build_vocabulary_puts_special_tokens_first_and_keeps_frequent_words():
     assert vocabulary[:5] == ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
     assert len(vocabulary) <= 200 and len(set(vocabulary)) == len(vocabulary)
     # Every word occurs at least 4 times (min_token_count 2), so each is a whole token.
-    words = {word for sentence in SENTENCES
-             for word in sentence.lower().replace(".", " ").replace(";", " ").split()}
+    words = {
+        word
+        for sentence in SENTENCES
+        for word in sentence.lower().replace(".", " ").replace(";", " ").split()
+    }
     assert words <= set(vocabulary)
     assert vocabulary == vocab_lib.build_vocabulary(SENTENCES, vocabulary_size=200)
 
@@ -43,11 +46,17 @@ def test_save_and_load_round_trip(tmp_path):
     assert vocab_lib.load_vocabulary(path) == vocabulary
 
 
-@pytest.mark.parametrize("tokens, message", [
-    (["[PAD]", "[UNK]", "[CLS]", "[SEP]", "a"], r"lacks the special tokens \['\[MASK\]'\]"),
-    (["a", "[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"], r"has 'a' at id 0.*must be '\[PAD\]'"),
-    (["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "a", "a"], r"repeats the tokens \['a'\]"),
-])
+@pytest.mark.parametrize(
+    "tokens, message",
+    [
+        (["[PAD]", "[UNK]", "[CLS]", "[SEP]", "a"], r"lacks the special tokens \['\[MASK\]'\]"),
+        (
+            ["a", "[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"],
+            r"has 'a' at id 0.*must be '\[PAD\]'",
+        ),
+        (["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "a", "a"], r"repeats the tokens \['a'\]"),
+    ],
+)
 def test_load_rejects_bad_vocabularies(tmp_path, tokens, message):
     path = tmp_path / "vocab.txt"
     path.write_text("\n".join(tokens) + "\n")
@@ -58,7 +67,9 @@ def test_load_rejects_bad_vocabularies(tmp_path, tokens, message):
 def test_load_missing_file_and_bad_sizes(tmp_path):
     with pytest.raises(FileNotFoundError, match="vocabulary file .*nope.txt' does not exist"):
         vocab_lib.load_vocabulary(str(tmp_path / "nope.txt"))
-    with pytest.raises(ValueError, match="vocabulary_size must be greater than the 5 special tokens, got 5"):
+    with pytest.raises(
+        ValueError, match="vocabulary_size must be greater than the 5 special tokens, got 5"
+    ):
         vocab_lib.build_vocabulary(SENTENCES, vocabulary_size=5)
     with pytest.raises(ValueError, match="min_token_count must be >= 1, got 0"):
         vocab_lib.build_vocabulary(SENTENCES, min_token_count=0)
@@ -68,5 +79,10 @@ def test_special_and_replacement_ids_follow_the_vocabulary_order():
     # The google-research/bert layout: [PAD]=0, [unused0], [UNK]=2, [CLS]=3, [SEP]=4, [MASK]=5.
     vocabulary = ["[PAD]", "[unused0]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "a"]
     assert vocab_lib.special_token_ids(vocabulary) == {
-        "[PAD]": 0, "[UNK]": 2, "[CLS]": 3, "[SEP]": 4, "[MASK]": 5}
+        "[PAD]": 0,
+        "[UNK]": 2,
+        "[CLS]": 3,
+        "[SEP]": 4,
+        "[MASK]": 5,
+    }
     assert vocab_lib.replacement_token_ids(vocabulary) == [1, 6, 7]

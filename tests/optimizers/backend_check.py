@@ -15,13 +15,18 @@ from tests.optimizers.runner import run_optimizer
 
 
 def _tolerance_used(actual, expected):
-    return max(float(np.max(np.abs(a - e) / (1e-6 + 1e-5 * np.abs(e)))) for a, e in zip(actual, expected))
+    return max(
+        float(np.max(np.abs(a - e) / (1e-6 + 1e-5 * np.abs(e)))) for a, e in zip(actual, expected)
+    )
 
 
 def _mean_steps(gradient_steps, k):
     count = len(gradient_steps) // k
     return [
-        [np.mean([gradient_steps[s * k + j][i] for j in range(k)], axis=0) for i in range(len(gradient_steps[0]))]
+        [
+            np.mean([gradient_steps[s * k + j][i] for j in range(k)], axis=0)
+            for i in range(len(gradient_steps[0]))
+        ]
         for s in range(count)
     ]
 
@@ -40,13 +45,24 @@ def main():
             for case, (ours, theirs) in module.CASES.items():
                 expected, _ = run_reference(weights, gradient_steps, **theirs)
                 actual, _ = run_optimizer(optimizer_class(**ours), weights, gradient_steps, mode)
-                errors[f"{optimizer_class.__name__}/{case}/{mode}"] = _tolerance_used(actual, expected)
+                errors[f"{optimizer_class.__name__}/{case}/{mode}"] = _tolerance_used(
+                    actual, expected
+                )
         weights, gradient_steps = reference.make_problem(steps=8, seed=5)
         actual, _ = run_optimizer(
-            LAMB(learning_rate=1e-2, weight_decay=0.01, gradient_accumulation_steps=2), weights, gradient_steps, mode
+            LAMB(learning_rate=1e-2, weight_decay=0.01, gradient_accumulation_steps=2),
+            weights,
+            gradient_steps,
+            mode,
         )
-        expected, _ = reference.lamb(weights, _mean_steps(gradient_steps, 2), lr=1e-2, wd=0.01,
-                                     decay_mask=test_lamb.DEFAULT_MASK, adapt_mask=test_lamb.DEFAULT_MASK)
+        expected, _ = reference.lamb(
+            weights,
+            _mean_steps(gradient_steps, 2),
+            lr=1e-2,
+            wd=0.01,
+            decay_mask=test_lamb.DEFAULT_MASK,
+            adapt_mask=test_lamb.DEFAULT_MASK,
+        )
         errors[f"LAMB/accumulation/{mode}"] = _tolerance_used(actual, expected)
     print(json.dumps(errors))
 

@@ -30,9 +30,23 @@ def _clip_global(grads, clipnorm):
     return [g * (clipnorm / norm) for g in grads]
 
 
-def lamb(weights, gradient_steps, *, lr=1e-3, beta_1=0.9, beta_2=0.999, eps=1e-6, wd=0.0,
-         bias_correction=True, decay_mask=None, adapt_mask=None, lower=None, upper=None,
-         global_clipnorm=None, lr_at_step=None):
+def lamb(
+    weights,
+    gradient_steps,
+    *,
+    lr=1e-3,
+    beta_1=0.9,
+    beta_2=0.999,
+    eps=1e-6,
+    wd=0.0,
+    bias_correction=True,
+    decay_mask=None,
+    adapt_mask=None,
+    lower=None,
+    upper=None,
+    global_clipnorm=None,
+    lr_at_step=None,
+):
     """Run LAMB over ``gradient_steps`` (a list, per step, of one gradient per weight).
 
     Returns the final weights and, per step, the list of trust ratios.
@@ -68,9 +82,24 @@ def lamb(weights, gradient_steps, *, lr=1e-3, beta_1=0.9, beta_2=0.999, eps=1e-6
     return w, ratios
 
 
-def lars(weights, gradient_steps, *, lr=1.0, momentum=0.9, eta=0.001, eps=0.0, wd=0.0,
-         nesterov=False, clip=False, decay_mask=None, adapt_mask=None, lower=None, upper=None,
-         global_clipnorm=None, lr_at_step=None):
+def lars(
+    weights,
+    gradient_steps,
+    *,
+    lr=1.0,
+    momentum=0.9,
+    eta=0.001,
+    eps=0.0,
+    wd=0.0,
+    nesterov=False,
+    clip=False,
+    decay_mask=None,
+    adapt_mask=None,
+    lower=None,
+    upper=None,
+    global_clipnorm=None,
+    lr_at_step=None,
+):
     """Run LARS (MLPerf form, optional Nesterov and LARC clip); same returns as `lamb`.
 
     The rate of each step enters the velocity with that step's update, so a new rate acts

@@ -117,8 +117,9 @@ def test_gradients_below_float32_norm_range_count_as_zero():
     assert all(np.isfinite(a).all() for a in actual)
     # The only movement is the decay of the kernels, lr * (g + wd * w) with g ~ 1e-30, at the
     # fallback ratio of 1 (the float64 reference sees ||g|| > 0, hence adapt_mask False).
-    decayed, _ = reference.lars(weights, gradient_steps, lr=1.0, wd=1e-4, decay_mask=DEFAULT_MASK,
-                                adapt_mask=[False] * 4)
+    decayed, _ = reference.lars(
+        weights, gradient_steps, lr=1.0, wd=1e-4, decay_mask=DEFAULT_MASK, adapt_mask=[False] * 4
+    )
     for index in (0, 2):
         kernel = actual[index]
         np.testing.assert_allclose(kernel, decayed[index], rtol=1e-6, err_msg=f"kernel {index}")
@@ -135,11 +136,17 @@ def test_learning_rate_of_each_step_enters_the_velocity(compile_mode):
     # velocity (v = m * v + trust * (g + wd * w), w -= lr_t * v) they would stand still.
     schedule = keras.optimizers.schedules.PiecewiseConstantDecay([2, 4], [2.0, 0.5, 0.0])
     weights, gradient_steps = reference.make_problem(steps=7, seed=15)
-    optimizer = LARS(learning_rate=schedule, trust_coefficient=0.02, weight_decay=1e-2,
-                     record_trust_ratio=True)
+    optimizer = LARS(
+        learning_rate=schedule, trust_coefficient=0.02, weight_decay=1e-2, record_trust_ratio=True
+    )
     actual, ratios = run_optimizer(optimizer, weights, gradient_steps, compile_mode)
-    settings = dict(eta=0.02, wd=1e-2, decay_mask=DEFAULT_MASK, adapt_mask=DEFAULT_MASK,
-                    lr_at_step=lambda step: 2.0 if step <= 2 else 0.5 if step <= 4 else 0.0)
+    settings = dict(
+        eta=0.02,
+        wd=1e-2,
+        decay_mask=DEFAULT_MASK,
+        adapt_mask=DEFAULT_MASK,
+        lr_at_step=lambda step: 2.0 if step <= 2 else 0.5 if step <= 4 else 0.0,
+    )
     expected, expected_ratios = reference.lars(weights, gradient_steps, **settings)
     assert_close(actual, expected)
     np.testing.assert_allclose(ratios, expected_ratios, rtol=1e-4)

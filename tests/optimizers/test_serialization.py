@@ -13,14 +13,28 @@ def exclude_embeddings(variable):
 OPTIMIZERS = {
     "lamb": lambda: LAMB(
         learning_rate=keras.optimizers.schedules.PolynomialDecay(1e-2, 20, 1e-3),
-        beta_1=0.85, epsilon=1e-5, weight_decay=0.01, bias_correction=False,
-        exclude_from_weight_decay=["layer_norm", "bias"], exclude_from_layer_adaptation=exclude_embeddings,
-        min_trust_ratio=0.01, max_trust_ratio=10.0, record_trust_ratio=True, global_clipnorm=1.0,
+        beta_1=0.85,
+        epsilon=1e-5,
+        weight_decay=0.01,
+        bias_correction=False,
+        exclude_from_weight_decay=["layer_norm", "bias"],
+        exclude_from_layer_adaptation=exclude_embeddings,
+        min_trust_ratio=0.01,
+        max_trust_ratio=10.0,
+        record_trust_ratio=True,
+        global_clipnorm=1.0,
         gradient_accumulation_steps=2,
     ),
     "lars": lambda: LARS(
-        learning_rate=0.5, momentum=0.95, trust_coefficient=0.01, epsilon=1e-8, weight_decay=1e-4,
-        nesterov=True, clip=True, exclude_from_weight_decay=[], exclude_from_layer_adaptation=["norm"],
+        learning_rate=0.5,
+        momentum=0.95,
+        trust_coefficient=0.01,
+        epsilon=1e-8,
+        weight_decay=1e-4,
+        nesterov=True,
+        clip=True,
+        exclude_from_weight_decay=[],
+        exclude_from_layer_adaptation=["norm"],
     ),
 }
 

@@ -13,8 +13,9 @@ import numpy as np
 import tensorflow as tf
 
 
-def synthetic_example(rng, seq_length, max_predictions, vocabulary_size, drop=None, lengths=None,
-                      full_masks=False):
+def synthetic_example(
+    rng, seq_length, max_predictions, vocabulary_size, drop=None, lengths=None, full_masks=False
+):
     """One serialized example; ``drop`` leaves out a feature, ``lengths`` changes sizes,
     ``full_masks`` masks ``max_predictions`` tokens in every example (equal weight sums)."""
     length = int(rng.integers(max(6, seq_length // 2), seq_length + 1))
@@ -23,7 +24,7 @@ def synthetic_example(rng, seq_length, max_predictions, vocabulary_size, drop=No
     split = int(rng.integers(2, length - 2))
     input_ids[0], input_ids[split], input_ids[length - 1] = 2, 3, 3
     segment_ids = np.zeros(seq_length, np.int64)
-    segment_ids[split + 1:length] = 1
+    segment_ids[split + 1 : length] = 1
     candidates = [position for position in range(1, length - 1) if position != split]
     count = max_predictions if full_masks else int(rng.integers(1, max_predictions + 1))
     count = min(count, len(candidates))
@@ -54,12 +55,30 @@ def synthetic_example(rng, seq_length, max_predictions, vocabulary_size, drop=No
     return tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString()
 
 
-def write_records(path, num_examples, seq_length=16, max_predictions=4, vocabulary_size=64,
-                  seed=0, drop=None, lengths=None, full_masks=False):
+def write_records(
+    path,
+    num_examples,
+    seq_length=16,
+    max_predictions=4,
+    vocabulary_size=64,
+    seed=0,
+    drop=None,
+    lengths=None,
+    full_masks=False,
+):
     """Writes ``num_examples`` synthetic examples to the TFRecord file ``path``; returns it."""
     rng = np.random.default_rng(seed)
     with tf.io.TFRecordWriter(str(path)) as writer:
         for _ in range(num_examples):
-            writer.write(synthetic_example(rng, seq_length, max_predictions, vocabulary_size,
-                                           drop=drop, lengths=lengths, full_masks=full_masks))
+            writer.write(
+                synthetic_example(
+                    rng,
+                    seq_length,
+                    max_predictions,
+                    vocabulary_size,
+                    drop=drop,
+                    lengths=lengths,
+                    full_masks=full_masks,
+                )
+            )
     return str(path)

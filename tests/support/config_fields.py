@@ -13,8 +13,10 @@ def assert_fields_documented(cls):
             continue
         lines = inspect.getsource(owner).splitlines()
         names = list(vars(owner)["__annotations__"])
-        starts = [next(i for i, line in enumerate(lines) if line.strip().startswith(f"{name}:"))
-                  for name in names]
+        starts = [
+            next(i for i, line in enumerate(lines) if line.strip().startswith(f"{name}:"))
+            for name in names
+        ]
         for name, first, last in zip(names, starts, starts[1:] + [len(lines)]):
             if dataclasses.is_dataclass(hints[name]) or name == "phases":
                 continue  # a section, documented by its own class docstring

@@ -56,8 +56,7 @@ def image_example(image_bytes, label, height, width, drop=(), overrides=None):
     return tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString()
 
 
-def write_imagenet_records(path, labels, height=32, width=40, drop=(), overrides=None,
-                           corrupt=()):
+def write_imagenet_records(path, labels, height=32, width=40, drop=(), overrides=None, corrupt=()):
     """Writes one record per label to the TFRecord file ``path``; returns it as a str.
 
     ``drop`` and ``overrides`` apply to every record (see `image_example`); the records at the

@@ -28,13 +28,36 @@ STEPS = 4
 # two that adapt every kernel under a clip that binds, blind to a uniform scale of the
 # gradient, and unadapted LARS under a clip that does not bind, stepping by lr * (g + wd * w).
 CASES = {
-    "LAMB": (LAMB, dict(learning_rate=1e-2, weight_decay=0.05,
-                        exclude_from_weight_decay=["norm", "bias"],
-                        exclude_from_layer_adaptation=["norm"], global_clipnorm=0.5)),
-    "LARS": (LARS, dict(learning_rate=1.0, trust_coefficient=0.02, weight_decay=1e-3,
-                        nesterov=True, exclude_from_layer_adaptation=[], global_clipnorm=0.5)),
-    "LARS_sgd_loose_clip": (LARS, dict(learning_rate=0.05, weight_decay=1e-3,
-                                       exclude_from_layer_adaptation=[".*"], global_clipnorm=50.0)),
+    "LAMB": (
+        LAMB,
+        dict(
+            learning_rate=1e-2,
+            weight_decay=0.05,
+            exclude_from_weight_decay=["norm", "bias"],
+            exclude_from_layer_adaptation=["norm"],
+            global_clipnorm=0.5,
+        ),
+    ),
+    "LARS": (
+        LARS,
+        dict(
+            learning_rate=1.0,
+            trust_coefficient=0.02,
+            weight_decay=1e-3,
+            nesterov=True,
+            exclude_from_layer_adaptation=[],
+            global_clipnorm=0.5,
+        ),
+    ),
+    "LARS_sgd_loose_clip": (
+        LARS,
+        dict(
+            learning_rate=0.05,
+            weight_decay=1e-3,
+            exclude_from_layer_adaptation=[".*"],
+            global_clipnorm=50.0,
+        ),
+    ),
 }
 
 
@@ -42,7 +65,9 @@ def build_model():
     return keras.Sequential(
         [
             keras.Input((6,)),
-            keras.layers.Dense(16, activation="tanh", kernel_initializer=keras.initializers.GlorotUniform(1)),
+            keras.layers.Dense(
+                16, activation="tanh", kernel_initializer=keras.initializers.GlorotUniform(1)
+            ),
             keras.layers.LayerNormalization(),
             keras.layers.Dense(2, kernel_initializer=keras.initializers.GlorotUniform(2)),
         ]
@@ -61,10 +86,18 @@ def train(name, accumulation, distribution, clip=True):
     keras.distribution.set_distribution(distribution)
     try:
         model = build_model()
-        model.compile(optimizer=optimizer_class(gradient_accumulation_steps=accumulation, **kwargs),
-                      loss="mse")
-        model.fit(features, targets, batch_size=GLOBAL_BATCH_SIZE // (accumulation or 1), epochs=1,
-                  shuffle=False, verbose=0)
+        model.compile(
+            optimizer=optimizer_class(gradient_accumulation_steps=accumulation, **kwargs),
+            loss="mse",
+        )
+        model.fit(
+            features,
+            targets,
+            batch_size=GLOBAL_BATCH_SIZE // (accumulation or 1),
+            epochs=1,
+            shuffle=False,
+            verbose=0,
+        )
         return {
             "weights": [np.asarray(w).tolist() for w in model.get_weights()],
             "iterations": int(keras.ops.convert_to_numpy(model.optimizer.iterations)),

@@ -8,8 +8,11 @@ def checkpoint_arrays(path):
     """Every array of a Keras weights file (model weights and optimizer state), by HDF5 path."""
     arrays = {}
     with h5py.File(path, "r") as file:
-        file.visititems(lambda name, item: arrays.__setitem__(name, item[()])
-                        if isinstance(item, h5py.Dataset) else None)
+        file.visititems(
+            lambda name, item: (
+                arrays.__setitem__(name, item[()]) if isinstance(item, h5py.Dataset) else None
+            )
+        )
     return arrays
 
 

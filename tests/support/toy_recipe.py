@@ -41,8 +41,9 @@ class ToyConfig(training_config.RunConfig):
 
 
 def load(output_dir, *overrides):
-    return training_config.load_config(ToyConfig, overrides=[f"output_dir={output_dir}",
-                                                              *overrides])
+    return training_config.load_config(
+        ToyConfig, overrides=[f"output_dir={output_dir}", *overrides]
+    )
 
 
 class ToyRegression(Recipe):
@@ -57,30 +58,35 @@ class ToyRegression(Recipe):
         self.prepared = False
         random = np.random.default_rng(0)
         self.features = random.normal(size=(NUM_EXAMPLES, 4)).astype("float32")
-        self.targets = (self.features @ np.array([[1.0], [-2.0], [0.5], [3.0]], "float32")
-                        + 0.1 * random.normal(size=(NUM_EXAMPLES, 1)).astype("float32"))
+        self.targets = self.features @ np.array(
+            [[1.0], [-2.0], [0.5], [3.0]], "float32"
+        ) + 0.1 * random.normal(size=(NUM_EXAMPLES, 1)).astype("float32")
 
     def prepare(self, log):
         self.prepared = True
 
     def build_model(self):
-        return keras.Sequential([
-            keras.Input((4,)),
-            keras.layers.Dense(8, activation="tanh", name="hidden"),
-            keras.layers.Dense(1, name="output"),
-        ])
+        return keras.Sequential(
+            [
+                keras.Input((4,)),
+                keras.layers.Dense(8, activation="tanh", name="hidden"),
+                keras.layers.Dense(1, name="output"),
+            ]
+        )
 
     def build_optimizer(self, phase_index, model):
-        return LAMB(learning_rate=self.config.phases[phase_index].learning_rate,
-                    weight_decay=0.01, record_trust_ratio=True)
+        return LAMB(
+            learning_rate=self.config.phases[phase_index].learning_rate,
+            weight_decay=0.01,
+            record_trust_ratio=True,
+        )
 
     def compile_arguments(self, phase_index):
         return {"loss": "mean_squared_error", "metrics": ["mean_absolute_error"]}
 
     def dataset(self, phase_index, batch_size, input_context, shuffle_seed):
         dataset = tf.data.Dataset.from_tensor_slices((self.features, self.targets))
-        dataset = dataset.shard(input_context.num_input_pipelines,
-                                input_context.input_pipeline_id)
+        dataset = dataset.shard(input_context.num_input_pipelines, input_context.input_pipeline_id)
         if shuffle_seed is not None:
             dataset = dataset.shuffle(NUM_EXAMPLES, seed=shuffle_seed).repeat()
         return dataset.batch(batch_size, drop_remainder=True)
@@ -89,8 +95,9 @@ class ToyRegression(Recipe):
         return self.interval
 
     def evaluate(self, model):
-        return model.evaluate(self.features, self.targets, batch_size=NUM_EXAMPLES, verbose=0,
-                              return_dict=True)
+        return model.evaluate(
+            self.features, self.targets, batch_size=NUM_EXAMPLES, verbose=0, return_dict=True
+        )
 
     def target_reached(self, evaluation):
         return self.target_loss is not None and evaluation["loss"] <= self.target_loss

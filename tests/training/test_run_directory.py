@@ -18,8 +18,9 @@ def _model(value):
 
 
 def _save(run, model, global_step):
-    return run.save_checkpoint(model, {"phase": 0, "step": global_step,
-                                       "global_step": global_step, "complete": False})
+    return run.save_checkpoint(
+        model, {"phase": 0, "step": global_step, "global_step": global_step, "complete": False}
+    )
 
 
 def test_claim_writes_the_config_and_refuses_another_runs_checkpoints(tmp_path):
@@ -29,8 +30,11 @@ def test_claim_writes_the_config_and_refuses_another_runs_checkpoints(tmp_path):
         assert json.load(stream)["log_interval"] == 2
     _save(run, _model(1.0), 4)
     assert RunDirectory(load(tmp_path)).claim()["global_step"] == 4
-    with pytest.raises(ValueError, match=r"holds a run with a different config \(differs at "
-                                         r"\['phases.0.steps'\]\).*overwrite=true"):
+    with pytest.raises(
+        ValueError,
+        match=r"holds a run with a different config \(differs at "
+        r"\['phases.0.steps'\]\).*overwrite=true",
+    ):
         RunDirectory(load(tmp_path, "phases.0.steps=8")).claim()
 
 
@@ -60,7 +64,10 @@ def test_keeps_the_newest_checkpoints_and_lists_them_in_the_state(tmp_path):
     for step in (4, 8, 12):
         _save(run, _model(step), step)
     assert sorted(os.listdir(tmp_path / "checkpoints")) == [
-        "ckpt-000000008.weights.h5", "ckpt-000000012.weights.h5", "state.json"]
+        "ckpt-000000008.weights.h5",
+        "ckpt-000000012.weights.h5",
+        "state.json",
+    ]
     state = run.state()
     assert state["global_step"] == 12
     assert [entry["global_step"] for entry in state["kept"]] == [8, 12]
@@ -100,4 +107,7 @@ def test_no_readable_checkpoint_is_an_error_naming_them_all(tmp_path):
         run.readable_state(lambda line: None)
     assert all(path in str(raised.value) for path in paths)
     assert sorted(os.listdir(tmp_path / "checkpoints")) == [
-        "ckpt-000000004.weights.h5", "ckpt-000000008.weights.h5", "state.json"]
+        "ckpt-000000004.weights.h5",
+        "ckpt-000000008.weights.h5",
+        "state.json",
+    ]

@@ -20,7 +20,7 @@ TRAINING_MODULES = os.path.join(os.path.dirname(trainer.__file__), "*.py")
 
 
 def _run(config, callbacks=(), lines=None):
-    log = (lines.append if lines is not None else lambda line: None)
+    log = lines.append if lines is not None else lambda line: None
     return trainer.train(config, ToyRegression(config), callbacks, log)
 
 
@@ -50,14 +50,18 @@ def test_progress_lines_summary_and_tensorboard(uninterrupted):
     config, summary, lines = uninterrupted
     progress = [line for line in lines if re.match(r"phase \d step ", line)]
     assert len(progress) == 6  # 3 windows per phase
-    pattern = (r"phase 2 step 4/6 \(global 10\): loss \d+\.\d{4} mae \d+\.\d{4} lr 0\.05 "
-               r"[\d,]+ examples/s, \d+ s elapsed")
+    pattern = (
+        r"phase 2 step 4/6 \(global 10\): loss \d+\.\d{4} mae \d+\.\d{4} lr 0\.05 "
+        r"[\d,]+ examples/s, \d+ s elapsed"
+    )
     assert re.fullmatch(pattern, progress[4]), progress[4]
     assert "phase 1/2: 6 steps of 8 examples, learning_rate 0.05" in lines
     assert summary["global_steps"] == 12 and summary["resumed_from_step"] is None
     assert summary["task"] == "toy regression"
-    assert [(p["phase"], p["steps"], p["global_batch_size"], p["learning_rate"])
-            for p in summary["phases"]] == [(1, 6, 8, 0.05), (2, 6, 4, 0.05)]
+    assert [
+        (p["phase"], p["steps"], p["global_batch_size"], p["learning_rate"])
+        for p in summary["phases"]
+    ] == [(1, 6, 8, 0.05), (2, 6, 4, 0.05)]
     assert all(p["examples_per_second"] > 0 for p in summary["phases"])
     assert set(summary["initial"]) == {"loss", "mean_absolute_error"}
     assert summary["final"]["loss"] < summary["initial"]["loss"]
@@ -69,8 +73,12 @@ def test_progress_lines_summary_and_tensorboard(uninterrupted):
             for value in event.summary.value:
                 steps.setdefault(value.tag, []).append(event.step)
     assert sorted(steps["loss"]) == [2, 4, 6, 8, 10, 12]  # the global optimizer step
-    assert {"mean_absolute_error", "learning_rate", "examples_per_second",
-            "trust_ratio_median"} <= set(steps)
+    assert {
+        "mean_absolute_error",
+        "learning_rate",
+        "examples_per_second",
+        "trust_ratio_median",
+    } <= set(steps)
 
 
 def test_a_completed_run_reports_its_summary(uninterrupted):
@@ -124,8 +132,11 @@ def test_no_readable_checkpoint_stops_the_run(tmp_path):
         with open(path, "r+b") as stream:
             stream.truncate(64)
     before = sorted(os.listdir(directory))
-    with pytest.raises(OSError, match=r"no checkpoint of the run .*ckpt-000000010.*"
-                                      r"ckpt-000000006"):
+    with pytest.raises(
+        OSError,
+        match=r"no checkpoint of the run .*ckpt-000000010.*"
+        r"ckpt-000000006",
+    ):
         _run(config)
     assert sorted(os.listdir(directory)) == before
 
@@ -140,8 +151,9 @@ def test_shuffled_input_is_reseeded_and_still_trains(tmp_path):
 
 def test_two_replicas_equal_one_device(tmp_path, uninterrupted):
     _, expected, _ = uninterrupted
-    summary = _run(load(tmp_path, "strategy.name=mirrored",
-                        "strategy.devices=['/cpu:0', '/cpu:1']"))
+    summary = _run(
+        load(tmp_path, "strategy.name=mirrored", "strategy.devices=['/cpu:0', '/cpu:1']")
+    )
     assert summary["strategy"]["num_replicas"] == 2
     reference = checkpoint_arrays(expected["checkpoint"])
     for name, value in checkpoint_arrays(summary["checkpoint"]).items():
@@ -149,24 +161,33 @@ def test_two_replicas_equal_one_device(tmp_path, uninterrupted):
 
 
 def test_a_batch_that_does_not_split_over_the_replicas_is_refused_first(tmp_path):
-    config = load(tmp_path, "phases.1.global_batch_size=3", "strategy.name=mirrored",
-                  "strategy.devices=['/cpu:0', '/cpu:1']")
+    config = load(
+        tmp_path,
+        "phases.1.global_batch_size=3",
+        "strategy.name=mirrored",
+        "strategy.devices=['/cpu:0', '/cpu:1']",
+    )
     recipe = ToyRegression(config)
-    with pytest.raises(ValueError, match=r"phases.1.global_batch_size=3 / "
-                                         r"gradient_accumulation_steps=1 = 3 examples per "
-                                         r"micro-batch must be divisible by the 2 replicas"):
+    with pytest.raises(
+        ValueError,
+        match=r"phases.1.global_batch_size=3 / "
+        r"gradient_accumulation_steps=1 = 3 examples per "
+        r"micro-batch must be divisible by the 2 replicas",
+    ):
         trainer.train(config, recipe, log=lambda line: None)
     assert not recipe.prepared
     assert not os.path.exists(os.path.join(tmp_path, "checkpoints"))
 
 
 def test_per_replica_batch_size_with_accumulation():
-    phase = load("unused", "phases.0.global_batch_size=32",
-                 "phases.0.gradient_accumulation_steps=4").phases[0]
+    phase = load(
+        "unused", "phases.0.global_batch_size=32", "phases.0.gradient_accumulation_steps=4"
+    ).phases[0]
     assert trainer.per_replica_batch_size("phases.0", phase, 2) == 4
     assert trainer.per_replica_batch_size("phases.0", phase, 8) == 1
-    with pytest.raises(ValueError, match="8 examples per micro-batch must be divisible by the "
-                                         "16 replicas"):
+    with pytest.raises(
+        ValueError, match="8 examples per micro-batch must be divisible by the 16 replicas"
+    ):
         trainer.per_replica_batch_size("phases.0", phase, 16)
 
 
@@ -189,8 +210,9 @@ def test_evaluations_and_a_reached_target_end_the_run(tmp_path):
     assert summary["global_steps"] == 6 and summary["target_reached_at_step"] == 6
     assert 0 < summary["time_to_target_seconds"] <= summary["wall_time_seconds"]
     assert [p["phase"] for p in summary["phases"]] == [1]
-    assert any("evaluation at global step 6: loss" in line and "target reached" in line
-               for line in lines)
+    assert any(
+        "evaluation at global step 6: loss" in line and "target reached" in line for line in lines
+    )
     assert not any(line.startswith("phase 2") for line in lines)
     assert os.listdir(stopped / "checkpoints").count("ckpt-000000006.weights.h5") == 1
     lines = []

@@ -5,21 +5,23 @@ import pytest
 import tensorflow as tf
 
 from keras_largebatch.vision import imagenet_records
-from tests.support.imagenet_records import encode_jpeg
-from tests.support.imagenet_records import position_image
-from tests.support.imagenet_records import write_imagenet_records
+from tests.support.imagenet_records import encode_jpeg, position_image, write_imagenet_records
 
 
 def _parse_all(path, label_offset):
     dataset = tf.data.TFRecordDataset(path).map(
-        lambda record: imagenet_records.parse_record(record, label_offset))
+        lambda record: imagenet_records.parse_record(record, label_offset)
+    )
     return list(dataset.as_numpy_iterator())
 
 
-@pytest.mark.parametrize("label_offset, labels, classes", [
-    (1, [1, 7, 1000], [0, 6, 999]),
-    (0, [0, 7, 999], [0, 7, 999]),
-])
+@pytest.mark.parametrize(
+    "label_offset, labels, classes",
+    [
+        (1, [1, 7, 1000], [0, 6, 999]),
+        (0, [0, 7, 999], [0, 7, 999]),
+    ],
+)
 def test_parse_record_maps_labels_with_the_offset(tmp_path, label_offset, labels, classes):
     path = write_imagenet_records(tmp_path / "train-00000", labels)
     parsed = _parse_all(path, label_offset)
@@ -30,8 +32,7 @@ def test_parse_record_maps_labels_with_the_offset(tmp_path, label_offset, labels
 
 
 def test_parse_record_needs_only_the_image_and_the_label(tmp_path):
-    optional = ("image/height", "image/width", "image/format", "image/filename",
-                "image/class/text")
+    optional = ("image/height", "image/width", "image/format", "image/filename", "image/class/text")
     path = write_imagenet_records(tmp_path / "bare", [3, 4], drop=optional)
     assert [int(class_id) for _, class_id in _parse_all(path, 1)] == [2, 3]
     assert imagenet_records.check_record_file(path, num_classes=10) == 2
@@ -46,40 +47,57 @@ def test_check_record_file_reads_the_first_records(tmp_path):
 @pytest.mark.parametrize("feature", ["image/encoded", "image/class/label"])
 def test_missing_feature_names_the_file_and_the_feature(tmp_path, feature):
     path = write_imagenet_records(tmp_path / "missing", [1, 2], drop=(feature,))
-    with pytest.raises(ValueError, match=rf"record file '.*missing', record 0 lacks feature "
-                                         rf"'{feature}'; it has \["):
+    with pytest.raises(
+        ValueError,
+        match=rf"record file '.*missing', record 0 lacks feature "
+        rf"'{feature}'; it has \[",
+    ):
         imagenet_records.check_record_file(path)
 
 
 def test_corrupt_jpeg_names_the_file_record_and_feature(tmp_path):
     path = write_imagenet_records(tmp_path / "corrupt", [1, 2, 3], corrupt=(2,))
-    with pytest.raises(ValueError, match=r"record file '.*corrupt', record 2: feature "
-                                         r"'image/encoded' does not decode as a JPEG image: "):
+    with pytest.raises(
+        ValueError,
+        match=r"record file '.*corrupt', record 2: feature "
+        r"'image/encoded' does not decode as a JPEG image: ",
+    ):
         imagenet_records.check_record_file(path)
 
 
-@pytest.mark.parametrize("label_offset, label, allowed", [
-    (1, 0, r"\[1, 11\)"), (1, 11, r"\[1, 11\)"), (0, 10, r"\[0, 10\)"), (0, -1, r"\[0, 10\)"),
-])
-def test_label_out_of_range_names_the_value_and_the_range(tmp_path, label_offset, label,
-                                                          allowed):
+@pytest.mark.parametrize(
+    "label_offset, label, allowed",
+    [
+        (1, 0, r"\[1, 11\)"),
+        (1, 11, r"\[1, 11\)"),
+        (0, 10, r"\[0, 10\)"),
+        (0, -1, r"\[0, 10\)"),
+    ],
+)
+def test_label_out_of_range_names_the_value_and_the_range(tmp_path, label_offset, label, allowed):
     path = write_imagenet_records(tmp_path / "labels", [label_offset, label])
-    with pytest.raises(ValueError, match=rf"'.*labels', record 1: feature 'image/class/label' "
-                                         rf"is {label}, outside {allowed} \(label_offset="
-                                         rf"{label_offset}, num_classes=10\)"):
+    with pytest.raises(
+        ValueError,
+        match=rf"'.*labels', record 1: feature 'image/class/label' "
+        rf"is {label}, outside {allowed} \(label_offset="
+        rf"{label_offset}, num_classes=10\)",
+    ):
         imagenet_records.check_record_file(path, num_classes=10, label_offset=label_offset)
 
 
 def test_feature_of_the_wrong_type_or_length(tmp_path):
     as_bytes = tf.train.Feature(bytes_list=tf.train.BytesList(value=[b"3"]))
-    path = write_imagenet_records(tmp_path / "text_label", [3],
-                                  overrides={"image/class/label": as_bytes})
-    with pytest.raises(ValueError, match="feature 'image/class/label' is a bytes_list, expected "
-                                         "int64_list"):
+    path = write_imagenet_records(
+        tmp_path / "text_label", [3], overrides={"image/class/label": as_bytes}
+    )
+    with pytest.raises(
+        ValueError, match="feature 'image/class/label' is a bytes_list, expected int64_list"
+    ):
         imagenet_records.check_record_file(path)
     two_labels = tf.train.Feature(int64_list=tf.train.Int64List(value=[3, 4]))
-    path = write_imagenet_records(tmp_path / "two_labels", [3],
-                                  overrides={"image/class/label": two_labels})
+    path = write_imagenet_records(
+        tmp_path / "two_labels", [3], overrides={"image/class/label": two_labels}
+    )
     with pytest.raises(ValueError, match="feature 'image/class/label' has 2 values, expected 1"):
         imagenet_records.check_record_file(path)
 
@@ -91,8 +109,11 @@ def test_empty_file_and_a_file_that_is_not_tfrecords(tmp_path):
         imagenet_records.check_record_file(str(empty))
     text = tmp_path / "notes.txt"
     text.write_text("not a record file, but long enough to look like a header\n" * 4)
-    with pytest.raises(ValueError, match=r"record file '.*notes.txt' cannot be read as "
-                                         r"TFRecords: "):
+    with pytest.raises(
+        ValueError,
+        match=r"record file '.*notes.txt' cannot be read as "
+        r"TFRecords: ",
+    ):
         imagenet_records.check_record_file(str(text))
 
 

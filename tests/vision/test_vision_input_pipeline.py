@@ -5,8 +5,7 @@ import pytest
 import tensorflow as tf
 
 from keras_largebatch.vision import input_pipeline
-from tests.support.imagenet_records import LABEL_STEP
-from tests.support.imagenet_records import write_imagenet_records
+from tests.support.imagenet_records import LABEL_STEP, write_imagenet_records
 
 IMAGE_SIZE = 24
 NUM_CLASSES = 20
@@ -18,13 +17,16 @@ ALL_CLASSES = set(range(18))
 
 @pytest.fixture
 def record_files(tmp_path):
-    return [write_imagenet_records(tmp_path / f"train-{index:05d}-of-00003", labels)
-            for index, labels in enumerate(FILE_LABELS)]
+    return [
+        write_imagenet_records(tmp_path / f"train-{index:05d}-of-00003", labels)
+        for index, labels in enumerate(FILE_LABELS)
+    ]
 
 
 def _dataset(files, batch_size=4, is_training=False, **arguments):
     return input_pipeline.make_imagenet_dataset(
-        files, IMAGE_SIZE, batch_size, is_training, num_classes=NUM_CLASSES, **arguments)
+        files, IMAGE_SIZE, batch_size, is_training, num_classes=NUM_CLASSES, **arguments
+    )
 
 
 def _batches(dataset):
@@ -46,32 +48,37 @@ def test_eval_batches_have_static_shapes_and_the_right_labels(record_files, tmp_
     assert len(set(labels)) == 16 and set(labels) <= ALL_CLASSES
     # Each image is its record's: the blue channel encodes the 1-based label.
     images = np.concatenate([batch_images for batch_images, _ in batches])
-    np.testing.assert_allclose(images[..., 2].mean(axis=(1, 2)), LABEL_STEP * ((labels + 1) % 32),
-                               atol=2)
+    np.testing.assert_allclose(
+        images[..., 2].mean(axis=(1, 2)), LABEL_STEP * ((labels + 1) % 32), atol=2
+    )
 
 
 def test_label_offset_zero_and_bfloat16(tmp_path):
     path = write_imagenet_records(tmp_path / "zero-based", [0, 5, 19, 3])
     dataset = _dataset(path, label_offset=0, dtype=tf.bfloat16)
     assert dataset.element_spec[0].dtype == tf.bfloat16
-    (images, labels), = _batches(dataset)
+    ((images, labels),) = _batches(dataset)
     assert sorted(labels.tolist()) == [0, 3, 5, 19]
     assert images.shape == (4, IMAGE_SIZE, IMAGE_SIZE, 3)
 
 
 def _labels_read(files, input_context, is_training=False):
-    batches = _batches(_dataset(files, batch_size=1, is_training=is_training,
-                                input_context=input_context))
+    batches = _batches(
+        _dataset(files, batch_size=1, is_training=is_training, input_context=input_context)
+    )
     return [int(labels[0]) for _, labels in batches]
 
 
 @pytest.mark.parametrize("num_files, num_pipelines", [(3, 2), (1, 2), (3, 4)])
-def test_pipelines_read_disjoint_records_that_make_up_the_data(record_files, num_files,
-                                                               num_pipelines):
+def test_pipelines_read_disjoint_records_that_make_up_the_data(
+    record_files, num_files, num_pipelines
+):
     files = record_files[:num_files]
     expected = set(range(6 * num_files))
-    shares = [_labels_read(files, _context(num_pipelines, pipeline_id))
-              for pipeline_id in range(num_pipelines)]
+    shares = [
+        _labels_read(files, _context(num_pipelines, pipeline_id))
+        for pipeline_id in range(num_pipelines)
+    ]
     assert sum(len(share) for share in shares) == len(expected)
     assert set().union(*shares) == expected
     if num_files >= num_pipelines:  # whole files per pipeline: 2 and 1 of the 3
@@ -79,21 +86,33 @@ def test_pipelines_read_disjoint_records_that_make_up_the_data(record_files, num
     else:  # every num_pipelines-th record of each file of 6
         assert [len(share) for share in shares] == [
             num_files * len(range(pipeline_id, 6, num_pipelines))
-            for pipeline_id in range(num_pipelines)]
-    assert [input_pipeline.count_records(files, _context(num_pipelines, pipeline_id))
-            for pipeline_id in range(num_pipelines)] == [len(share) for share in shares]
+            for pipeline_id in range(num_pipelines)
+        ]
+    assert [
+        input_pipeline.count_records(files, _context(num_pipelines, pipeline_id))
+        for pipeline_id in range(num_pipelines)
+    ] == [len(share) for share in shares]
 
 
 def test_distribute_datasets_from_function_gives_each_replica_a_static_batch(record_files):
     strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
 
     def dataset_fn(input_context):
-        return _dataset(record_files, input_context.get_per_replica_batch_size(8),
-                        is_training=True, input_context=input_context).repeat().skip(1)
+        return (
+            _dataset(
+                record_files,
+                input_context.get_per_replica_batch_size(8),
+                is_training=True,
+                input_context=input_context,
+            )
+            .repeat()
+            .skip(1)
+        )
 
     images, labels = next(iter(strategy.distribute_datasets_from_function(dataset_fn)))
-    for replica_images, replica_labels in zip(strategy.experimental_local_results(images),
-                                              strategy.experimental_local_results(labels)):
+    for replica_images, replica_labels in zip(
+        strategy.experimental_local_results(images), strategy.experimental_local_results(labels)
+    ):
         assert replica_images.shape == (4, IMAGE_SIZE, IMAGE_SIZE, 3)
         assert replica_labels.shape == (4,)
 
@@ -118,10 +137,12 @@ def test_fixed_order_training_is_reproducible_and_resumable(record_files):
 
 
 def test_shuffled_training_is_endless_and_shuffled(record_files):
-    fixed = np.concatenate([labels for _, labels in
-                            _batches(_dataset(record_files, is_training=True))])
-    shuffled = _batches(_dataset(record_files, is_training=True, shuffle_seed=5,
-                                 shuffle_buffer_size=18).take(12))
+    fixed = np.concatenate(
+        [labels for _, labels in _batches(_dataset(record_files, is_training=True))]
+    )
+    shuffled = _batches(
+        _dataset(record_files, is_training=True, shuffle_seed=5, shuffle_buffer_size=18).take(12)
+    )
     labels = np.concatenate([batch_labels for _, batch_labels in shuffled])
     assert len(labels) == 48  # 48 examples from 18 records: more than two passes
     assert set(labels) <= ALL_CLASSES and len(set(labels)) > 12
@@ -129,28 +150,40 @@ def test_shuffled_training_is_endless_and_shuffled(record_files):
 
 
 def test_batch_larger_than_the_data_is_refused(record_files):
-    with pytest.raises(ValueError, match=r"the data \(files \[.*\]\) holds 18 records, fewer "
-                                         r"than batch_size=19: .* no batch"):
+    with pytest.raises(
+        ValueError,
+        match=r"the data \(files \[.*\]\) holds 18 records, fewer "
+        r"than batch_size=19: .* no batch",
+    ):
         _dataset(record_files, batch_size=19)
-    with pytest.raises(ValueError, match=r"input pipeline 1 of 2 \(files \['.*train-00001-of-"
-                                         r"00003'\]\) holds 6 records, fewer than batch_size=7"):
+    with pytest.raises(
+        ValueError,
+        match=r"input pipeline 1 of 2 \(files \['.*train-00001-of-"
+        r"00003'\]\) holds 6 records, fewer than batch_size=7",
+    ):
         _dataset(record_files, batch_size=7, input_context=_context(2, 1))
     input_pipeline.check_imagenet_input(record_files, 18, num_classes=NUM_CLASSES)
     with pytest.raises(ValueError, match="holds 18 records, fewer than batch_size=19"):
         input_pipeline.check_imagenet_input(record_files, 19, num_classes=NUM_CLASSES)
     assert input_pipeline.count_records(record_files) == 18
-    with pytest.raises(ValueError, match=r"input pipeline 3 of 4 \(records 3, 7, \.\.\. of each "
-                                         r"of files \[.*\]\) holds 3 records, fewer than "
-                                         r"batch_size=4"):
+    with pytest.raises(
+        ValueError,
+        match=r"input pipeline 3 of 4 \(records 3, 7, \.\.\. of each "
+        r"of files \[.*\]\) holds 3 records, fewer than "
+        r"batch_size=4",
+    ):
         _dataset(record_files, batch_size=4, input_context=_context(4, 3))
     assert input_pipeline.count_records(record_files, limit=5) == 5
 
 
-@pytest.mark.parametrize("fault, message", [
-    ({"drop": ("image/class/label",)}, "record 0 lacks feature 'image/class/label'"),
-    ({"corrupt": (1,)}, "record 1: feature 'image/encoded' does not decode as a JPEG image"),
-    ({"labels": [1, 21]}, r"record 1: feature 'image/class/label' is 21, outside \[1, 21\)"),
-])
+@pytest.mark.parametrize(
+    "fault, message",
+    [
+        ({"drop": ("image/class/label",)}, "record 0 lacks feature 'image/class/label'"),
+        ({"corrupt": (1,)}, "record 1: feature 'image/encoded' does not decode as a JPEG image"),
+        ({"labels": [1, 21]}, r"record 1: feature 'image/class/label' is 21, outside \[1, 21\)"),
+    ],
+)
 def test_bad_records_fail_before_any_batch(record_files, tmp_path, fault, message):
     labels = fault.pop("labels", [1, 2])
     bad = write_imagenet_records(tmp_path / "train-bad", labels, **fault)

@@ -5,11 +5,13 @@ import pytest
 import tensorflow as tf
 
 from keras_largebatch.vision import preprocessing
-from tests.support.imagenet_records import COLUMN_STEP
-from tests.support.imagenet_records import LABEL_STEP
-from tests.support.imagenet_records import ROW_STEP
-from tests.support.imagenet_records import encode_jpeg
-from tests.support.imagenet_records import position_image
+from tests.support.imagenet_records import (
+    COLUMN_STEP,
+    LABEL_STEP,
+    ROW_STEP,
+    encode_jpeg,
+    position_image,
+)
 
 RAW = {"mean": (0.0, 0.0, 0.0), "stddev": (1.0, 1.0, 1.0)}  # outputs in pixel values
 JPEG_TOLERANCE = 6  # levels a pixel of these images is off by after a quality-100 JPEG
@@ -17,11 +19,14 @@ JPEG_TOLERANCE = 6  # levels a pixel of these images is off by after a quality-1
 POSITION_TOLERANCE = 2.5
 
 
-@pytest.mark.parametrize("shape, image_size, window", [
-    ((256, 320, 3), 224, [16, 48, 224, 224]),  # side 224/256 * 256
-    ((32, 40, 3), 24, [10, 14, 13, 13]),  # side floor(24/56 * 32) = 13
-    ((41, 30, 1), 24, [15, 9, 12, 12]),  # side 12; odd margins 29, 19: the extra one before
-])
+@pytest.mark.parametrize(
+    "shape, image_size, window",
+    [
+        ((256, 320, 3), 224, [16, 48, 224, 224]),  # side 224/256 * 256
+        ((32, 40, 3), 24, [10, 14, 13, 13]),  # side floor(24/56 * 32) = 13
+        ((41, 30, 1), 24, [15, 9, 12, 12]),  # side 12; odd margins 29, 19: the extra one before
+    ],
+)
 def test_central_crop_window(shape, image_size, window):
     assert preprocessing.central_crop_window(shape, image_size).numpy().tolist() == window
 
@@ -36,13 +41,20 @@ def test_eval_crop_keeps_the_center_and_drops_a_border():
 
 def test_eval_crop_reads_the_right_rows_and_columns():
     output = preprocessing.preprocess_for_eval(
-        encode_jpeg(position_image(32, 40, label=5)), 24, **RAW).numpy()
+        encode_jpeg(position_image(32, 40, label=5)), 24, **RAW
+    ).numpy()
     # Window rows 10..22 and columns 14..26 (above), upsampled 13 -> 24: the edges are exact.
-    edges = [output[0, :, 0].mean(), output[-1, :, 0].mean(), output[:, 0, 1].mean(),
-             output[:, -1, 1].mean()]
+    edges = [
+        output[0, :, 0].mean(),
+        output[-1, :, 0].mean(),
+        output[:, 0, 1].mean(),
+        output[:, -1, 1].mean(),
+    ]
     np.testing.assert_allclose(
-        edges, [ROW_STEP * 10, ROW_STEP * 22, COLUMN_STEP * 14, COLUMN_STEP * 26],
-        atol=POSITION_TOLERANCE)
+        edges,
+        [ROW_STEP * 10, ROW_STEP * 22, COLUMN_STEP * 14, COLUMN_STEP * 26],
+        atol=POSITION_TOLERANCE,
+    )
     np.testing.assert_allclose(output[..., 2], LABEL_STEP * 5, atol=JPEG_TOLERANCE)
 
 
@@ -50,8 +62,7 @@ def test_normalization_uses_the_imagenet_statistics_and_the_dtype():
     pixels = np.array([[[255.0, 0.0, 128.0]]], np.float32)
     # (255 - 0.485 * 255) / (0.229 * 255), (0 - 0.456 * 255) / (0.224 * 255), ...
     expected = [0.515 / 0.229, -0.456 / 0.224, (128 / 255 - 0.406) / 0.225]
-    np.testing.assert_allclose(preprocessing.normalize(pixels).numpy()[0, 0], expected,
-                               rtol=1e-5)
+    np.testing.assert_allclose(preprocessing.normalize(pixels).numpy()[0, 0], expected, rtol=1e-5)
     image_bytes = encode_jpeg(position_image(32, 40, label=2))
     raw = preprocessing.preprocess_for_eval(image_bytes, 24, **RAW).numpy()
     normalized = preprocessing.preprocess_for_eval(image_bytes, 24, dtype=tf.bfloat16)
@@ -59,14 +70,17 @@ def test_normalization_uses_the_imagenet_statistics_and_the_dtype():
     np.testing.assert_allclose(
         tf.cast(normalized, tf.float32).numpy(),
         (raw - np.array([0.485, 0.456, 0.406]) * 255) / (np.array([0.229, 0.224, 0.225]) * 255),
-        atol=0.02)  # bfloat16 keeps 8 significant bits
+        atol=0.02,
+    )  # bfloat16 keeps 8 significant bits
 
 
 def _windows(shape, num_seeds, image_size=224):
-    return np.array([
-        preprocessing.random_crop_window(shape, [seed, 7], image_size).numpy()
-        for seed in range(num_seeds)
-    ])
+    return np.array(
+        [
+            preprocessing.random_crop_window(shape, [seed, 7], image_size).numpy()
+            for seed in range(num_seeds)
+        ]
+    )
 
 
 def test_random_crop_windows_stay_in_the_area_and_aspect_ranges():
@@ -91,8 +105,10 @@ def test_random_crop_windows_stay_in_the_area_and_aspect_ranges():
 def test_random_crop_window_is_a_function_of_the_seed():
     shape = (320, 400, 3)
     np.testing.assert_array_equal(_windows(shape, 5), _windows(shape, 5))
-    assert not np.array_equal(preprocessing.random_crop_window(shape, [1, 2], 224),
-                              preprocessing.random_crop_window(shape, [2, 1], 224))
+    assert not np.array_equal(
+        preprocessing.random_crop_window(shape, [1, 2], 224),
+        preprocessing.random_crop_window(shape, [2, 1], 224),
+    )
 
 
 def test_random_crop_falls_back_to_the_central_crop():
@@ -104,10 +120,17 @@ def test_random_crop_falls_back_to_the_central_crop():
 def test_train_crops_and_flips_read_back_from_the_pixels():
     height, width, image_size, num_seeds = 32, 40, 24, 400
     image_bytes = encode_jpeg(position_image(height, width, label=9))
-    images = tf.data.Dataset.range(num_seeds).map(
-        lambda seed: preprocessing.preprocess_for_train(
-            image_bytes, image_size, tf.stack([seed, seed + 1]), **RAW)
-    ).batch(num_seeds).get_single_element().numpy()
+    images = (
+        tf.data.Dataset.range(num_seeds)
+        .map(
+            lambda seed: preprocessing.preprocess_for_train(
+                image_bytes, image_size, tf.stack([seed, seed + 1]), **RAW
+            )
+        )
+        .batch(num_seeds)
+        .get_single_element()
+        .numpy()
+    )
     assert images.shape == (num_seeds, image_size, image_size, 3)
     np.testing.assert_allclose(images[..., 2], LABEL_STEP * 9, atol=JPEG_TOLERANCE)
     # Rows keep their order; columns run backwards in flipped images.
@@ -131,17 +154,24 @@ def test_train_crops_and_flips_read_back_from_the_pixels():
     np.testing.assert_array_equal(again.numpy(), images[3])
 
 
-@pytest.mark.parametrize("arguments, error, message", [
-    ({"image_size": 0}, ValueError, r"image_size must be in \[1, inf\], got 0"),
-    ({"image_size": 24.0}, TypeError, "image_size must be an integer, got 24.0"),
-    ({"mean": (1.0, 2.0)}, ValueError, r"mean must be 3 numbers \(red, green, blue\)"),
-    ({"mean": 0.5}, TypeError, "mean must be a list or tuple of 3 numbers .*got 0.5"),
-    ({"stddev": (1.0, 0.0, 1.0)}, ValueError, r"stddev\[G\] must be in \(0, inf\], got 0.0"),
-    ({"dtype": tf.int32}, ValueError, "dtype must be a floating-point dtype .*got int32"),
-    ({"dtype": "float33"}, TypeError, "dtype must be a floating-point dtype, got 'float33'"),
-])
+@pytest.mark.parametrize(
+    "arguments, error, message",
+    [
+        ({"image_size": 0}, ValueError, r"image_size must be in \[1, inf\], got 0"),
+        ({"image_size": 24.0}, TypeError, "image_size must be an integer, got 24.0"),
+        ({"mean": (1.0, 2.0)}, ValueError, r"mean must be 3 numbers \(red, green, blue\)"),
+        ({"mean": 0.5}, TypeError, "mean must be a list or tuple of 3 numbers .*got 0.5"),
+        ({"stddev": (1.0, 0.0, 1.0)}, ValueError, r"stddev\[G\] must be in \(0, inf\], got 0.0"),
+        ({"dtype": tf.int32}, ValueError, "dtype must be a floating-point dtype .*got int32"),
+        ({"dtype": "float33"}, TypeError, "dtype must be a floating-point dtype, got 'float33'"),
+    ],
+)
 def test_argument_checks(arguments, error, message):
-    valid = {"image_size": 24, "mean": preprocessing.MEAN_RGB,
-             "stddev": preprocessing.STDDEV_RGB, "dtype": "float32"}
+    valid = {
+        "image_size": 24,
+        "mean": preprocessing.MEAN_RGB,
+        "stddev": preprocessing.STDDEV_RGB,
+        "dtype": "float32",
+    }
     with pytest.raises(error, match=message):
         preprocessing.check_preprocessing_arguments(**{**valid, **arguments})

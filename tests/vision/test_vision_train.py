@@ -24,7 +24,8 @@ def _write_idx(path, array):
     """An IDX file as the Fashion-MNIST distribution ships it (LeCun et al.'s MNIST format):
     magic number (0, 0, dtype 0x08 = uint8, rank), big-endian int32 sizes, the bytes; gzipped."""
     header = bytes([0, 0, 8, array.ndim]) + b"".join(
-        int(size).to_bytes(4, "big") for size in array.shape)
+        int(size).to_bytes(4, "big") for size in array.shape
+    )
     with gzip.open(path, "wb") as stream:
         stream.write(header + array.astype(np.uint8).tobytes())
 
@@ -50,8 +51,9 @@ def test_the_cache_is_filled_from_the_debian_files(tmp_path):
     assert fashion_mnist.ensure_cached(str(cache), str(tmp_path / "debian")) == str(cache)
     assert sorted(os.listdir(cache)) == sorted(fashion_mnist.FILES)
     with gzip.open(cache / "t10k-labels-idx1-ubyte.gz") as stream:
-        np.testing.assert_array_equal(np.frombuffer(stream.read(), np.uint8, offset=8),
-                                      arrays["t10k"][1])
+        np.testing.assert_array_equal(
+            np.frombuffer(stream.read(), np.uint8, offset=8), arrays["t10k"][1]
+        )
     # Files already cached are kept as they are, also when the package is gone.
     (cache / "t10k-labels-idx1-ubyte.gz").write_bytes(b"mine")
     fashion_mnist.ensure_cached(str(cache), str(tmp_path / "nowhere"))
@@ -59,9 +61,12 @@ def test_the_cache_is_filled_from_the_debian_files(tmp_path):
 
 
 def test_without_the_data_the_error_says_how_to_get_it(tmp_path):
-    with pytest.raises(FileNotFoundError, match=r"not available offline.*train-labels-idx1-"
-                                                r"ubyte.gz.*apt-get install dataset-fashion-"
-                                                r"mnist.*fashion_mnist.load_data"):
+    with pytest.raises(
+        FileNotFoundError,
+        match=r"not available offline.*train-labels-idx1-"
+        r"ubyte.gz.*apt-get install dataset-fashion-"
+        r"mnist.*fashion_mnist.load_data",
+    ):
         fashion_mnist.ensure_cached(str(tmp_path / "cache"), str(tmp_path / "nowhere"))
     assert not os.path.exists(tmp_path / "cache")
 
@@ -69,17 +74,35 @@ def test_without_the_data_the_error_says_how_to_get_it(tmp_path):
 def _command(tmp_path, *overrides):
     environment = dict(os.environ, KERAS_HOME=str(tmp_path / "keras"), PYTHONPATH=REPOSITORY)
     return subprocess.run(
-        [sys.executable, "-m", "keras_largebatch.vision.train", f"output_dir={tmp_path / 'run'}",
-         *overrides], env=environment, capture_output=True, text=True, timeout=300)
+        [
+            sys.executable,
+            "-m",
+            "keras_largebatch.vision.train",
+            f"output_dir={tmp_path / 'run'}",
+            *overrides,
+        ],
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 def test_the_command_trains_until_the_target_on_fashion_mnist_files(tmp_path):
     _write_fashion_mnist(tmp_path / "keras" / "datasets" / "fashion-mnist")
     finished = _command(
-        tmp_path, "phases.0.global_batch_size=32", "phases.0.steps=32",
-        "phases.0.warmup_epochs=0.5", "phases.0.peak_learning_rate=2.0",
-        "data.num_train_examples=256", "data.eval_batch_size=50", "log_interval=4",
-        "checkpoint_interval=8", "eval_interval=8", "target_accuracy=0.0")
+        tmp_path,
+        "phases.0.global_batch_size=32",
+        "phases.0.steps=32",
+        "phases.0.warmup_epochs=0.5",
+        "phases.0.peak_learning_rate=2.0",
+        "data.num_train_examples=256",
+        "data.eval_batch_size=50",
+        "log_interval=4",
+        "checkpoint_interval=8",
+        "eval_interval=8",
+        "target_accuracy=0.0",
+    )
     assert finished.returncode == 0, finished.stderr[-3000:]
     summary = json.loads(finished.stdout)
     # Any accuracy reaches a target of 0, so the first evaluation ends the run, at step 8 of
@@ -95,8 +118,12 @@ def test_the_command_trains_until_the_target_on_fashion_mnist_files(tmp_path):
 
 def test_without_the_data_the_command_fails_before_training(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("KERAS_HOME", str(tmp_path / "empty"))
-    assert train_lib.main([f"output_dir={tmp_path / 'run'}",
-                           f"data.fashion_mnist_dir={tmp_path / 'nowhere'}"]) == 2
+    assert (
+        train_lib.main(
+            [f"output_dir={tmp_path / 'run'}", f"data.fashion_mnist_dir={tmp_path / 'nowhere'}"]
+        )
+        == 2
+    )
     error = capsys.readouterr().err
     assert "error: Fashion-MNIST is not available offline" in error
     assert "apt-get install dataset-fashion-mnist" in error
@@ -108,8 +135,10 @@ def records(tmp_path_factory):
     directory = tmp_path_factory.mktemp("imagenet")
     labels = [1 + index % 10 for index in range(64)]  # 1-based, as in the TPU records
     return {
-        "train": [write_imagenet_records(directory / f"train-{shard}", labels[shard::2])
-                  for shard in range(2)],
+        "train": [
+            write_imagenet_records(directory / f"train-{shard}", labels[shard::2])
+            for shard in range(2)
+        ],
         "eval": [write_imagenet_records(directory / "validation-0", labels[:20])],
         "large_label": [write_imagenet_records(directory / "large-label", [11] * 8)],
         "corrupt": [write_imagenet_records(directory / "corrupt", [1] * 8, corrupt=(0,))],
@@ -117,23 +146,41 @@ def records(tmp_path_factory):
 
 
 def _imagenet(output_dir, records, *overrides):
-    return config_lib.load_config(overrides=[
-        f"output_dir={output_dir}", "data.dataset=imagenet",
-        f"data.train_files={json.dumps(records['train'])}",
-        f"data.eval_files={json.dumps(records['eval'])}",
-        "data.num_train_examples=64", "data.eval_batch_size=10",
-        "model.num_classes=10", "model.image_size=24", "model.sync_batch_norm=true",
-        "phases.0.global_batch_size=8", "phases.0.steps=6", "phases.0.warmup_epochs=0.25",
-        "phases.0.peak_learning_rate=1.0", "log_interval=2", "checkpoint_interval=2",
-        "eval_interval=6", "target_accuracy=null", "strategy.name=default", *overrides])
+    return config_lib.load_config(
+        overrides=[
+            f"output_dir={output_dir}",
+            "data.dataset=imagenet",
+            f"data.train_files={json.dumps(records['train'])}",
+            f"data.eval_files={json.dumps(records['eval'])}",
+            "data.num_train_examples=64",
+            "data.eval_batch_size=10",
+            "model.num_classes=10",
+            "model.image_size=24",
+            "model.sync_batch_norm=true",
+            "phases.0.global_batch_size=8",
+            "phases.0.steps=6",
+            "phases.0.warmup_epochs=0.25",
+            "phases.0.peak_learning_rate=1.0",
+            "log_interval=2",
+            "checkpoint_interval=2",
+            "eval_interval=6",
+            "target_accuracy=null",
+            "strategy.name=default",
+            *overrides,
+        ]
+    )
 
 
 @pytest.fixture(scope="module")
 def one_device(tmp_path_factory, records):
     # One replica of the strategy the 2-replica run uses, so both compile the step alike (the
     # default strategy compiles it with XLA, whose rounding differs).
-    config = _imagenet(tmp_path_factory.mktemp("one"), records, "strategy.name=mirrored",
-                       "strategy.devices=['/cpu:0']")
+    config = _imagenet(
+        tmp_path_factory.mktemp("one"),
+        records,
+        "strategy.name=mirrored",
+        "strategy.devices=['/cpu:0']",
+    )
     return train_lib.train(config, log=lambda line: None)
 
 
@@ -146,8 +193,11 @@ def test_imagenet_records_train_and_evaluate(one_device):
 
 def test_two_replicas_equal_one_device(tmp_path, records, one_device):
     summary = train_lib.train(
-        _imagenet(tmp_path, records, "strategy.name=mirrored",
-                  "strategy.devices=['/cpu:0', '/cpu:1']"), log=lambda line: None)
+        _imagenet(
+            tmp_path, records, "strategy.name=mirrored", "strategy.devices=['/cpu:0', '/cpu:1']"
+        ),
+        log=lambda line: None,
+    )
     assert summary["strategy"]["num_replicas"] == 2
     reference = checkpoint_arrays(one_device["checkpoint"])
     compared = 0
@@ -158,8 +208,7 @@ def test_two_replicas_equal_one_device(tmp_path, records, one_device):
 
 
 def test_resume_is_exact(tmp_path, records, one_device):
-    config = _imagenet(tmp_path, records, "strategy.name=mirrored",
-                       "strategy.devices=['/cpu:0']")
+    config = _imagenet(tmp_path, records, "strategy.name=mirrored", "strategy.devices=['/cpu:0']")
     with pytest.raises(Interrupt):  # after step 3: the checkpoint of step 2 is the newest
         train_lib.train(config, callbacks=[InterruptAfter(3)], log=lambda line: None)
     summary = train_lib.train(config, log=lambda line: None)
@@ -169,27 +218,37 @@ def test_resume_is_exact(tmp_path, records, one_device):
         np.testing.assert_array_equal(value, expected[name], err_msg=name)
 
 
-@pytest.mark.parametrize("overrides, message", [
-    (["data.train_files={large_label}"],
-     r"large-label.*image/class/label.*11.*\[1, 11\)"),
-    (["data.eval_files={corrupt}"], r"corrupt.*image/encoded"),
-    (["phases.0.global_batch_size=80", "data.num_train_examples=640"],
-     r"holds 64 records, fewer than batch_size=80"),
-])
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (["data.train_files={large_label}"], r"large-label.*image/class/label.*11.*\[1, 11\)"),
+        (["data.eval_files={corrupt}"], r"corrupt.*image/encoded"),
+        (
+            ["phases.0.global_batch_size=80", "data.num_train_examples=640"],
+            r"holds 64 records, fewer than batch_size=80",
+        ),
+    ],
+)
 def test_bad_records_are_refused_before_training(tmp_path, records, overrides, message):
-    overrides = [item.format(**{key: json.dumps(value) for key, value in records.items()})
-                 for item in overrides]
+    overrides = [
+        item.format(**{key: json.dumps(value) for key, value in records.items()})
+        for item in overrides
+    ]
     with pytest.raises(ValueError, match=message):
         train_lib.train(_imagenet(tmp_path, records, *overrides), log=lambda line: None)
     assert not os.path.exists(tmp_path / "checkpoints")
 
 
 def test_the_mlperf_32k_recipe_loads():
-    config = config_lib.load_config(os.path.join(REPOSITORY, "tpu_configs",
-                                                 "resnet50_lars_32k.yaml"))
+    config = config_lib.load_config(
+        os.path.join(REPOSITORY, "tpu_configs", "resnet50_lars_32k.yaml")
+    )
     phase = config.phases[0]
     assert (config.model.architecture, config.model.image_size, config.model.num_classes) == (
-        "resnet50", 224, 1000)
+        "resnet50",
+        224,
+        1000,
+    )
     assert phase.global_batch_size == 32768 and phase.peak_learning_rate == 21.2
     assert config.optimizer.momentum == 0.94 and config.model.label_smoothing == 0.1
     assert config.target_accuracy == 0.759 and config.data.dataset == "imagenet"
@@ -203,10 +262,12 @@ def test_lars_and_sgd_leave_batch_norm_and_biases_undecayed(records):
     sgd.build(model.trainable_variables)
     undecayed = {v.path for v in model.trainable_variables if not sgd._use_weight_decay(v)}
     # keras-hub names its batch-norm layers "..._bn"; their variables are gamma and beta.
-    assert undecayed and all(path.endswith(("_bn/gamma", "_bn/beta", "/bias"))
-                             for path in undecayed)
-    assert all(path.endswith("kernel") for path in
-               {v.path for v in model.trainable_variables} - undecayed)
+    assert undecayed and all(
+        path.endswith(("_bn/gamma", "_bn/beta", "/bias")) for path in undecayed
+    )
+    assert all(
+        path.endswith("kernel") for path in {v.path for v in model.trainable_variables} - undecayed
+    )
     lars = ImageClassification(_imagenet("unused", records)).build_optimizer(0, model)
     lars.build(model.trainable_variables)
     assert {v.path for v in model.trainable_variables if not lars._decays(v)} == undecayed
