@@ -272,3 +272,15 @@ def test_lars_and_sgd_leave_batch_norm_and_biases_undecayed(records):
     lars.build(model.trainable_variables)
     assert {v.path for v in model.trainable_variables if not lars._decays(v)} == undecayed
     assert {v.path for v in model.trainable_variables if not lars._adapts(v)} == undecayed
+
+
+@pytest.mark.parametrize(
+    "architecture, parameters",
+    # The trainable parameters of torchvision's resnet18/34/50 (the published v1.5 shapes).
+    [("resnet18", 11_689_512), ("resnet34", 21_797_672), ("resnet50", 25_557_032)],
+)
+def test_imagenet_resnets_have_the_published_sizes(architecture, parameters):
+    from keras_largebatch.vision.model import image_classifier
+
+    model = image_classifier(architecture, 1000, (224, 224, 3))
+    assert sum(int(np.prod(v.shape)) for v in model.trainable_variables) == parameters
