@@ -30,12 +30,16 @@ import keras
 from keras import ops
 
 from keras_largebatch._checks import check_integer, check_number
-from keras_largebatch.optimizers.trust_ratio import l2_norm
 
 
 def squared_norm(gradients):
-    """``sum_i |g_i|^2`` over a list of gradients, in float32."""
-    return ops.sum(ops.stack([ops.square(l2_norm(g)) for g in gradients]))
+    """``sum_i |g_i|^2`` over a list of gradients, accumulated in float32."""
+    gradients = [ops.cast(g, "float32") for g in gradients]
+    if keras.backend.backend() == "tensorflow":
+        from keras_largebatch.optimizers import _tensorflow
+
+        return _tensorflow.squared_norm(gradients)
+    return ops.sum(ops.stack([ops.sum(ops.square(g)) for g in gradients]))
 
 
 def _keep_unless(flag, optimizer, variable, value):
