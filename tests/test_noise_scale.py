@@ -32,7 +32,7 @@ def two_replicas():
     )
 
 
-def measure(strategy, batch_size, accumulation_steps=None):
+def measure(strategy, batch_size, accumulation_steps=None, jit_compile="auto"):
     history = keras.callbacks.History()
     callback = GradientNoiseScale(batch_size, ema_decay=least_squares.EMA_DECAY)
     # One step per execution on 2 replicas: LARS's multi-step loop fails under
@@ -41,7 +41,7 @@ def measure(strategy, batch_size, accumulation_steps=None):
     with strategy.scope():
         model = least_squares.fit(
             [callback, history], batch_size, accumulation_steps,
-            steps_per_execution=steps_per_execution,
+            steps_per_execution=steps_per_execution, jit_compile=jit_compile,
         )
     # The rate is 0: every step measured the same weights, those the truth is computed at.
     np.testing.assert_array_equal(model.get_weights()[0], least_squares.data()[2].astype("f4"))
@@ -53,8 +53,15 @@ def test_two_replicas_measure_the_true_noise_scale():
     assert measured[-1] == pytest.approx(least_squares.true_noise_scale(), rel=0.1)
 
 
-def test_accumulation_measures_the_true_noise_scale():
-    measured = measure(tf.distribute.get_strategy(), 16, accumulation_steps=2)
+def test_two_replicas_with_accumulation_measure_the_true_noise_scale():
+    # The small batch is one replica's share of a micro-batch (16), the big one an update (64).
+    measured = measure(two_replicas(), 32, accumulation_steps=2)
+    assert measured[-1] == pytest.approx(least_squares.true_noise_scale(), rel=0.1)
+
+
+@pytest.mark.parametrize("jit_compile", [False, True])
+def test_accumulation_measures_the_true_noise_scale(jit_compile):
+    measured = measure(tf.distribute.get_strategy(), 16, 2, jit_compile=jit_compile)
     assert measured[-1] == pytest.approx(least_squares.true_noise_scale(), rel=0.1)
 
 

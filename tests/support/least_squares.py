@@ -41,7 +41,14 @@ def true_noise_scale():
     return float(trace / (mean @ mean))
 
 
-def fit(callbacks, batch_size, accumulation_steps=None, passes=PASSES, steps_per_execution=64):
+def fit(
+    callbacks,
+    batch_size,
+    accumulation_steps=None,
+    passes=PASSES,
+    steps_per_execution=64,
+    jit_compile="auto",
+):
     """Fits the fixed linear model with LARS at rate 0 (inside the caller's strategy scope, if
     any) for one epoch over ``passes`` permutations of the data; returns the model."""
     from keras_largebatch import LARS
@@ -59,7 +66,12 @@ def fit(callbacks, batch_size, accumulation_steps=None, passes=PASSES, steps_per
         ]
     )
     optimizer = LARS(0.0, momentum=0.0, gradient_accumulation_steps=accumulation_steps)
-    model.compile(optimizer=optimizer, loss="mse", steps_per_execution=steps_per_execution)
+    model.compile(
+        optimizer=optimizer,
+        loss="mse",
+        steps_per_execution=steps_per_execution,
+        jit_compile=jit_compile,
+    )
     model.fit(
         features[order].astype("float32"),
         targets[order].astype("float32"),
