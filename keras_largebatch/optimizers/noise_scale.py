@@ -49,6 +49,17 @@ def _keep_unless(flag, optimizer, variable, value):
     optimizer.assign(variable, value)
 
 
+def _branches_run_alone():
+    """Whether a `cond` may hold the averages' assignments and run only its taken branch:
+    TensorFlow outside a multi-replica context. In one, an assignment's `merge_call` is
+    refused inside a `cond`; JAX traces both branches, assignments included."""
+    if keras.backend.backend() != "tensorflow":
+        return False
+    from keras_largebatch.optimizers import _tensorflow
+
+    return _tensorflow.multi_replica_context() is None
+
+
 def _both(first, second):
     if first is None or second is None:
         return second if first is None else first
@@ -133,18 +144,35 @@ class GradientNoiseScaleMeter:
         self.ema_decay.assign(ema_decay)
 
     def update(self, optimizer, small_squared_norm, big_gradients, is_update_step, finite):
-        """One step: ``small_squared_norm`` is this micro-step's S, ``big_gradients`` the
-        gradient over ``B_big`` examples (meaningful only where ``is_update_step``, None
-        without accumulation); nothing changes where ``finite`` is False."""
-        if self.small_squared_norm_total is not None:
-            total = self.small_squared_norm_total + small_squared_norm
-            _keep_unless(
-                finite,
-                optimizer,
-                self.small_squared_norm_total,
-                ops.where(is_update_step, ops.zeros_like(total), total),
+        """One micro-step. ``small_squared_norm`` is its S; ``big_gradients`` the gradient
+        over ``B_big`` examples (under accumulation, complete only where ``is_update_step``;
+        ``is_update_step`` is None without accumulation). Nothing changes where ``finite`` is
+        a False tensor."""
+        if self.small_squared_norm_total is None:
+            self._update_averages(optimizer, small_squared_norm, big_gradients, finite)
+            return
+        total = self.small_squared_norm_total + small_squared_norm
+        _keep_unless(
+            finite,
+            optimizer,
+            self.small_squared_norm_total,
+            ops.where(is_update_step, ops.zeros_like(total), total),
+        )
+        small_squared_norm = total / self.accumulation_steps
+        if _branches_run_alone():
+            # The micro-steps between updates skip the big-batch norm (on one TensorFlow
+            # replica, where a step is short, it is most of the measurement's cost).
+            ops.cond(
+                is_update_step,
+                lambda: self._update_averages(optimizer, small_squared_norm, big_gradients, finite),
+                lambda: None,
             )
-            small_squared_norm = total / self.accumulation_steps
+        else:
+            self._update_averages(
+                optimizer, small_squared_norm, big_gradients, _both(is_update_step, finite)
+            )
+
+    def _update_averages(self, optimizer, small_squared_norm, big_gradients, take_step):
         big_squared_norm = squared_norm(big_gradients)
         small_batch, big_batch = self.small_batch_size.value, self.big_batch_size.value
         squared_norm_estimate = (
@@ -152,7 +180,6 @@ class GradientNoiseScaleMeter:
         ) / (big_batch - small_batch)
         trace_estimate = (small_squared_norm - big_squared_norm) / (1 / small_batch - 1 / big_batch)
         decay = self.ema_decay.value
-        take_step = _both(is_update_step, finite)
         for average, estimate in (
             (self.squared_norm_average, squared_norm_estimate),
             (self.trace_average, trace_estimate),
