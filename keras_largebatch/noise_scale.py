@@ -48,8 +48,11 @@ class GradientNoiseScale(keras.callbacks.Callback):
 
     The measurement is off in an optimizer until this callback switches it on at the start
     of training (the train step is traced again once); it stays on for later `fit` calls.
-    Its averages are optimizer variables that checkpoints leave out, so they start again after
-    a restore.
+    Its averages are optimizer variables that `LAMB`'s and `LARS`'s checkpoints leave out, so
+    they start again after a restore. Inside Keras's `LossScaleOptimizer` (mixed float16),
+    which saves its inner optimizer's variables itself, they are saved: such a checkpoint
+    written while measuring restores only into an optimizer that measures (Keras warns and
+    skips the optimizer's state otherwise).
 
     Args:
         batch_size: int, the examples of one train step over all replicas: the
