@@ -35,13 +35,9 @@ def two_replicas():
 def measure(strategy, batch_size, accumulation_steps=None, jit_compile="auto"):
     history = keras.callbacks.History()
     callback = GradientNoiseScale(batch_size, ema_decay=least_squares.EMA_DECAY)
-    # One step per execution on 2 replicas: LARS's multi-step loop fails under
-    # MirroredStrategy on this TensorFlow (a placeholder in the loop's cond is never fed).
-    steps_per_execution = 1 if strategy.num_replicas_in_sync > 1 else 64
     with strategy.scope():
         model = least_squares.fit(
-            [callback, history], batch_size, accumulation_steps,
-            steps_per_execution=steps_per_execution, jit_compile=jit_compile,
+            [callback, history], batch_size, accumulation_steps, jit_compile=jit_compile
         )
     # The rate is 0: every step measured the same weights, those the truth is computed at.
     np.testing.assert_array_equal(model.get_weights()[0], least_squares.data()[2].astype("f4"))

@@ -46,7 +46,6 @@ def fit(
     batch_size,
     accumulation_steps=None,
     passes=PASSES,
-    steps_per_execution=64,
     jit_compile="auto",
 ):
     """Fits the fixed linear model with LARS at rate 0 (inside the caller's strategy scope, if
@@ -69,7 +68,7 @@ def fit(
     model.compile(
         optimizer=optimizer,
         loss="mse",
-        steps_per_execution=steps_per_execution,
+        steps_per_execution=64,
         jit_compile=jit_compile,
     )
     model.fit(
