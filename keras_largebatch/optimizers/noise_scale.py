@@ -19,9 +19,9 @@ decay, so their start-up bias ``1 - decay**t`` cancels in the ratio.
 
 The optimizer hands `GradientNoiseScaleMeter.update` the small-batch squared norm (the mean
 over replicas of the squared norm of each replica's gradient, or the micro-batch gradient's)
-and the big-batch gradient (the global or the accumulated one). Everything is a scalar
-`keras.ops` expression and a `where`, so the update is the same on every backend, under
-`tf.function`, XLA and JAX's stateless step.
+and the big-batch gradient (the global or the accumulated one). The update is scalar
+`keras.ops` kept or dropped with `where` (a `cond` only where TensorFlow allows one), so it runs
+on every backend, under `tf.function`, XLA, `MirroredStrategy` and JAX's stateless step.
 """
 
 import contextlib
