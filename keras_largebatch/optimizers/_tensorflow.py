@@ -5,7 +5,8 @@ do not: the cross-replica sum (`tf.distribute` hands each replica its own share 
 gradient), dense embedding gradients, updates that run once per device through the
 strategy, the fused momentum kernel and the fused ``l2_loss`` norm. JAX's `DataParallel` and
 a single device already produce the global-batch gradient, and there the plain `keras.ops`
-code in the calling module is the whole step.
+code in the calling module is the whole step. The gradient noise scale measurement adds the
+replica count and a scope to create its variables in.
 """
 
 import keras
@@ -92,3 +93,20 @@ def l2_norm(x):
     one fused kernel), faster than squaring and summing, with and without XLA.
     """
     return ops.sqrt(2.0 * tf.nn.l2_loss(x))
+
+
+def squared_norm(tensors):
+    """``sum_i |x_i|^2`` of float32 tensors: one fused ``l2_loss`` each and one sum, a few ops
+    for the whole model (the measurement runs on CPU graphs where every op costs)."""
+    return 2.0 * tf.add_n([tf.nn.l2_loss(x) for x in tensors])
+
+
+def num_replicas(optimizer):
+    """The replicas whose gradients ``optimizer`` sums: those of the strategy it was made in."""
+    return optimizer._distribution_strategy.num_replicas_in_sync
+
+
+def variable_scope(optimizer):
+    """The scope to create ``optimizer``'s variables in after `build` (e.g. from a callback):
+    its strategy's, so that every replica holds a copy."""
+    return optimizer._distribution_strategy.scope()

@@ -24,6 +24,10 @@ values on every replica (with ``use_ema``, the moving average still takes its st
 only, so without this check an overflow on another replica would reach the weights of all
 of them. The loss scale itself is still LossScaleOptimizer's: it is not halved when only a
 replica other than 0 overflowed.
+
+`measure_gradient_noise_scale` (called by the `keras_largebatch.GradientNoiseScale` callback)
+adds to the step the squared norms of a small-batch and a big-batch gradient (see
+`noise_scale.py`); until it is called the step computes nothing for it.
 """
 
 import keras
@@ -36,6 +40,7 @@ from keras_largebatch._checks import (
     is_number,
     type_error,
 )
+from keras_largebatch.optimizers.noise_scale import GradientNoiseScaleMeter, squared_norm
 from keras_largebatch.optimizers.trust_ratio import ExclusionRule
 
 
@@ -139,6 +144,7 @@ class LayerwiseAdaptiveOptimizer(keras.optimizers.Optimizer):
         self.min_trust_ratio = min_trust_ratio
         self.max_trust_ratio = max_trust_ratio
         self.record_trust_ratio = record_trust_ratio
+        self._noise_scale = None
 
     def build(self, variables):
         if self.built:
@@ -191,6 +197,51 @@ class LayerwiseAdaptiveOptimizer(keras.optimizers.Optimizer):
             for variable, record in zip(self._trainable_variables, self._trust_ratio_records)
         }
 
+    def measure_gradient_noise_scale(self, batch_size, ema_decay):
+        """Start measuring the gradient noise scale at every step; returns True if this call
+        started it (a train function traced before must then be traced again).
+
+        ``batch_size`` is the number of examples of one train step over all replicas. The small
+        batch is each replica's share of it, ``batch_size / replicas`` (with one replica, the
+        micro-batch), the big batch ``batch_size * gradient_accumulation_steps`` (without
+        accumulation, all replicas' ``batch_size``). A later call sets new batch sizes and decay
+        and keeps the averages. Raises ValueError where there is only one batch size: one
+        replica and no gradient accumulation (see `noise_scale.GradientNoiseScaleMeter`).
+        """
+        started = self._noise_scale is None
+        if started:
+            self._noise_scale = GradientNoiseScaleMeter(self)
+        self._noise_scale.configure(batch_size, ema_decay)
+        return started
+
+    def gradient_noise_scale(self):
+        """``B_simple = EMA[tr(Sigma)] / EMA[|G|^2]`` in examples, as a float: NaN before the
+        first measured step. Needs `measure_gradient_noise_scale` first."""
+        if self._noise_scale is None:
+            raise ValueError(
+                f"{self.__class__.__name__} does not measure the gradient noise scale; call "
+                "measure_gradient_noise_scale (the GradientNoiseScale callback does) first"
+            )
+        return self._noise_scale.value()
+
+    def _variables_to_save(self):
+        measured = self._noise_scale.variables if self._noise_scale is not None else []
+        return [v for v in self.variables if not any(v is m for m in measured)]
+
+    def save_own_variables(self, store):
+        # The noise scale's averages are left out, so a checkpoint has the same layout whether
+        # or not a callback measured, and restores into an optimizer that does not measure.
+        for i, variable in enumerate(self._variables_to_save()):
+            store[str(i)] = variable.numpy()
+
+    def load_own_variables(self, store):
+        variables = self._variables_to_save()
+        if len(store.keys()) != len(variables):
+            super().load_own_variables(store)
+            return
+        for i, variable in enumerate(variables):
+            variable.assign(store[str(i)])
+
     def _get_current_learning_rate(self):
         # Keras evaluates schedules at the micro-batch counter; under accumulation the
         # schedule must advance once per optimizer step, like the bias correction.
@@ -204,8 +255,11 @@ class LayerwiseAdaptiveOptimizer(keras.optimizers.Optimizer):
         return
 
     def _backend_apply_gradients(self, grads, trainable_variables):
-        grads, finite, micro_step = self._reduce(grads)
+        grads, finite, micro_step, small_squared_norm = self._reduce(grads)
+        if self._noise_scale is not None and small_squared_norm is None:
+            small_squared_norm = squared_norm(grads)
         steps = self.gradient_accumulation_steps
+        is_update_step = None
         if steps:
             accumulators = [
                 self._accumulated_gradients[self._get_variable_index(v)]
@@ -214,6 +268,8 @@ class LayerwiseAdaptiveOptimizer(keras.optimizers.Optimizer):
             totals = [ops.add(a, ops.cast(g, a.dtype)) for a, g in zip(accumulators, grads)]
             grads = [ops.divide(t, steps) for t in totals]
             is_update_step = ops.equal((micro_step + 1) % steps, 0)
+        if self._noise_scale is not None:
+            self._noise_scale.update(self, small_squared_norm, grads, is_update_step, finite)
         grads = self._clip_gradients(grads)
         learning_rate = self.learning_rate
         if not steps:
@@ -259,7 +315,9 @@ class LayerwiseAdaptiveOptimizer(keras.optimizers.Optimizer):
                     )
 
     def _reduce(self, grads):
-        """The global-batch gradients, whether they are finite, and the micro-step counter.
+        """The global-batch gradients, whether they are finite, the micro-step counter, and
+        the small-batch squared norm for the noise scale (None unless measuring on more than
+        one replica).
 
         On TensorFlow each replica holds the gradient of its own share of the batch: the
         gradients are summed over replicas, and ``finite`` says whether that sum holds no inf
@@ -270,20 +328,29 @@ class LayerwiseAdaptiveOptimizer(keras.optimizers.Optimizer):
         if keras.backend.backend() != "tensorflow":
             # Sparse embedding gradients (JAX's BCOO) are made dense, as on TensorFlow: the
             # second moment, the norms and the clip factor are functions of the summed rows.
-            return [ops.convert_to_tensor(g, sparse=False) for g in grads], None, self._iterations
+            grads = [ops.convert_to_tensor(g, sparse=False) for g in grads]
+            return grads, None, self._iterations, None
         from keras_largebatch.optimizers import _tensorflow
 
         grads = _tensorflow.densify(grads)
-        finite = None
+        finite = small_squared_norm = None
         context = _tensorflow.multi_replica_context()
-        if context is not None:
+        if context is not None and self._noise_scale is not None:
+            # Keras scales each replica's loss by 1 / replicas, so replica r holds
+            # g_r = G_r / replicas, G_r the mean-loss gradient of its own share of the batch:
+            # mean_r |G_r|^2 = replicas * sum_r |g_r|^2. The norm rides in the gradients'
+            # all-reduce.
+            *grads, summed = context.all_reduce("SUM", list(grads) + [squared_norm(grads)])
+            small_squared_norm = summed * context.num_replicas_in_sync
+        elif context is not None:
             grads = context.all_reduce("SUM", list(grads))
+        if context is not None:
             # LossScaleOptimizer checks replica 0's unreduced gradient; the sum is what every
             # replica applies, so it is the one that must be finite.
             finite = _all_finite(grads)
             # Keras's `apply` adds 1 to the micro-step counter after this method returns.
             self._iterations.assign_sub(ops.cast(ops.logical_not(finite), self._iterations.dtype))
-        return grads, finite, _tensorflow.read_after(self._iterations, grads)
+        return grads, finite, _tensorflow.read_after(self._iterations, grads), small_squared_norm
 
     def _accumulate_with_cond(
         self, grads, variables, learning_rate, totals, accumulators, is_update_step, finite
