@@ -89,8 +89,11 @@ def main(argv=None):
     times = {key: [] for key in trainers}
     for round_index in range(args.repeats):
         # Alternate which of each pair goes first, so neither always runs on a warmer machine.
-        order = [(setting, measure != bool(round_index % 2)) for setting in settings
-                 for measure in (False, True)]
+        order = [
+            (setting, measure != bool(round_index % 2))
+            for setting in settings
+            for measure in (False, True)
+        ]
         for key in order:
             start = time.perf_counter()
             trainers[key]()

@@ -66,7 +66,11 @@ def test_accumulation_on_jax_measures_the_true_noise_scale():
     env = dict(os.environ, KERAS_BACKEND="jax", JAX_PLATFORMS="cpu", CUDA_VISIBLE_DEVICES="")
     result = subprocess.run(
         [sys.executable, "-m", "tests.support.least_squares"],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=300,
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert result.returncode == 0, result.stderr[-4000:]
     run = json.loads(result.stdout.strip().splitlines()[-1])

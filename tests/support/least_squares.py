@@ -89,8 +89,11 @@ def main():
     callbacks = [GradientNoiseScale(SMALL_BATCH_SIZE, ema_decay=EMA_DECAY), history]
     model = fit(callbacks, SMALL_BATCH_SIZE, accumulation_steps=2)
     moved = not np.array_equal(model.get_weights()[0], data()[2].astype("float32"))
-    print(json.dumps({"measured": history.history["gradient_noise_scale"][-1],
-                      "weights_moved": moved}))
+    print(
+        json.dumps(
+            {"measured": history.history["gradient_noise_scale"][-1], "weights_moved": moved}
+        )
+    )
 
 
 if __name__ == "__main__":
