@@ -34,19 +34,20 @@ def test_every_code_cell_parses():
 
 @pytest.mark.parametrize("on_tpu", [True, False])
 def test_the_notebook_run_config_loads(on_tpu):
-    cell = next(source for source in _code_cells() if "load_config(overrides=" in source)
+    cell = next(source for source in _code_cells() if "load_config(" in source)
     call = next(
         node
         for node in ast.walk(ast.parse(_python(cell)))
         if isinstance(node, ast.Call) and getattr(node.func, "attr", None) == "load_config"
     )
+    (keyword,) = [keyword for keyword in call.keywords if keyword.arg == "overrides"]
     overrides = [
         (
             ast.literal_eval(item.body if on_tpu else item.orelse)
             if isinstance(item, ast.IfExp)
             else ast.literal_eval(item)
         )
-        for item in call.keywords[0].value.elts
+        for item in keyword.value.elts
     ]
     loaded = config_lib.load_config(overrides=overrides)
     assert loaded.phases[0].global_batch_size == (256 if on_tpu else 32)
