@@ -19,44 +19,10 @@ import tensorflow as tf
 from keras_largebatch import LAMB, LARS
 from keras_largebatch.distribute import describe_strategy
 from tests.support.multiworker import run_multi_worker
+from tests.support.optimizer_cases import CONFIGS
 
 OPTIMIZERS = {"LAMB": LAMB, "LARS": LARS}
 
-CONFIGS = {
-    "lamb_plain": ("LAMB", dict(learning_rate=1e-2)),
-    "lamb_decay_exclusions": (
-        "LAMB",
-        dict(
-            learning_rate=1e-2,
-            weight_decay=0.05,
-            exclude_from_weight_decay=["norm", "bias"],
-            exclude_from_layer_adaptation=["norm"],
-            global_clipnorm=0.5,
-        ),
-    ),
-    "lars_plain": ("LARS", dict(learning_rate=1.0, trust_coefficient=0.02)),
-    "lars_decay_nesterov": (
-        "LARS",
-        dict(
-            learning_rate=1.0,
-            trust_coefficient=0.02,
-            weight_decay=1e-3,
-            nesterov=True,
-            exclude_from_layer_adaptation=[],
-            global_clipnorm=0.5,
-        ),
-    ),
-    # The global gradient norm starts near 10 here: a clip at 50 does not bind (checked below).
-    "lars_sgd_loose_clip": (
-        "LARS",
-        dict(
-            learning_rate=0.05,
-            weight_decay=1e-3,
-            exclude_from_layer_adaptation=[".*"],
-            global_clipnorm=50.0,
-        ),
-    ),
-}
 # Whether each configuration's global_clipnorm changes its weights.
 CLIP_BINDS = {
     "lamb_decay_exclusions": True,

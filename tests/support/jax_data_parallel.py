@@ -19,45 +19,19 @@ import keras
 import numpy as np
 
 from keras_largebatch import LAMB, LARS
+from tests.support.optimizer_cases import CONFIGS
 
 GLOBAL_BATCH_SIZE = 16
 STEPS = 4
 
-# The configurations of tests/test_distributed_training.py (decay, exclusions, Nesterov,
-# clipping of the global-batch gradient), so that JAX is held to the TF strategies' standard:
-# two that adapt every kernel under a clip that binds, blind to a uniform scale of the
-# gradient, and unadapted LARS under a clip that does not bind, stepping by lr * (g + wd * w).
+# The configurations of the TensorFlow comparisons (tests/test_distributed_training.py).
 CASES = {
-    "LAMB": (
-        LAMB,
-        dict(
-            learning_rate=1e-2,
-            weight_decay=0.05,
-            exclude_from_weight_decay=["norm", "bias"],
-            exclude_from_layer_adaptation=["norm"],
-            global_clipnorm=0.5,
-        ),
-    ),
-    "LARS": (
-        LARS,
-        dict(
-            learning_rate=1.0,
-            trust_coefficient=0.02,
-            weight_decay=1e-3,
-            nesterov=True,
-            exclude_from_layer_adaptation=[],
-            global_clipnorm=0.5,
-        ),
-    ),
-    "LARS_sgd_loose_clip": (
-        LARS,
-        dict(
-            learning_rate=0.05,
-            weight_decay=1e-3,
-            exclude_from_layer_adaptation=[".*"],
-            global_clipnorm=50.0,
-        ),
-    ),
+    name: ({"LAMB": LAMB, "LARS": LARS}[optimizer], kwargs)
+    for name, (optimizer, kwargs) in (
+        ("LAMB", CONFIGS["lamb_decay_exclusions"]),
+        ("LARS", CONFIGS["lars_decay_nesterov"]),
+        ("LARS_sgd_loose_clip", CONFIGS["lars_sgd_loose_clip"]),
+    )
 }
 
 
