@@ -76,7 +76,7 @@ def pretrain(config, callbacks=(), log=None):
     from keras_largebatch.bert.recipe import BertPretraining
     from keras_largebatch.training import trainer
 
-    return trainer.train(config.validate(), BertPretraining(config), callbacks, log)
+    return trainer.train(config, BertPretraining(config), callbacks, log)
 
 
 def build_parser():

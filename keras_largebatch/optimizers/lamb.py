@@ -147,7 +147,7 @@ class LAMB(LayerwiseAdaptiveOptimizer):
         dtype = m.dtype
         gradient = ops.cast(gradient, dtype)
         learning_rate = ops.cast(learning_rate, dtype)
-        weights = ops.cast(variable, dtype)
+        weights = variable if dtype == variable.dtype else ops.cast(variable, dtype)
 
         self.assign_add(m, ops.multiply(ops.subtract(gradient, m), 1.0 - self.beta_1))
         self.assign_add(v, ops.multiply(ops.subtract(ops.square(gradient), v), 1.0 - self.beta_2))

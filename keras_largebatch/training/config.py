@@ -11,6 +11,7 @@ written as ``6e-3`` (which YAML 1.1 reads as a string) are accepted for numeric 
 """
 
 import dataclasses
+import math
 import re
 import types
 import typing
@@ -46,6 +47,11 @@ class PhaseConfig:
     global_batch_size: int = 32  # examples per optimizer step, over all replicas
     steps: int = 600  # optimizer steps of this phase
     gradient_accumulation_steps: int = 1  # micro-batches per optimizer step
+
+    def micro_batch_size(self):
+        """Examples per micro-batch over all replicas: the global batch over the accumulation
+        steps (`validate` checks that it divides)."""
+        return self.global_batch_size // self.gradient_accumulation_steps
 
     def validate(self, key, run):
         """Checks this phase (``key``: its config path) within ``run``, its `RunConfig`."""
@@ -257,7 +263,7 @@ def _coerce(annotation, value, key):
         if isinstance(value, str) and _NUMBER.match(value.strip()):
             number = float(value)
         if annotation is int:
-            if _checks.is_number(number) and number == int(number):
+            if _checks.is_number(number) and math.isfinite(number) and number == int(number):
                 return int(number)
             raise TypeError(f"{key} must be an integer, got {value!r}")
         return float(_checks.check_number(key, number))

@@ -8,9 +8,13 @@ writes checkpoints, TensorBoard scalars and the summary. The trainer knows nothi
 beyond these methods; the recipe knows nothing of checkpoints, resume or logging.
 """
 
+import abc
 
-class Recipe:
-    """Base class of a task; subclasses override the methods that raise NotImplementedError.
+
+class Recipe(abc.ABC):
+    """Base class of a task. A subclass implements the abstract methods (`build_model`,
+    `build_optimizer`, `dataset`); one that returns an `evaluation_interval` also implements
+    ``evaluate(model)``, returning a dict of metrics on the task's held-out data.
 
     Attributes:
         name: a short name, used in the log prefix of the task's command.
@@ -37,22 +41,23 @@ class Recipe:
         model is built. Raise ValueError for bad input here, before any training.
         """
 
+    @abc.abstractmethod
     def build_model(self):
         """A new, built Keras model (called inside the strategy's scope)."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def build_optimizer(self, phase_index, model):
         """A fresh optimizer, with its learning-rate schedule, for phase ``phase_index``.
 
         The trainer wraps it in `keras.optimizers.LossScaleOptimizer` under ``mixed_float16``
         and adds `keras_largebatch.TrustRatioMonitor` when it records trust ratios.
         """
-        raise NotImplementedError
 
     def compile_arguments(self, phase_index):
         """Extra keyword arguments of `model.compile` (loss, metrics) for a phase."""
         return {}
 
+    @abc.abstractmethod
     def dataset(self, phase_index, batch_size, input_context, shuffle_seed):
         """One input pipeline's training batches of ``batch_size`` examples for a phase.
 
@@ -63,21 +68,16 @@ class Recipe:
             shuffle_seed: None: read in a fixed order, one pass (the trainer repeats it and
                 skips what was trained); else an int seeding an endless shuffled dataset.
         """
-        raise NotImplementedError
 
     def callbacks(self, phase_index):
         """Keras callbacks of the task for a phase, run before the trainer's own."""
         return []
 
     def evaluation_interval(self, phase_index):
-        """Optimizer steps between evaluations in a phase (a multiple of the run's
-        ``log_interval``), or None (the default) for no evaluation. A phase that evaluates is
-        also evaluated at its end."""
+        """Optimizer steps between calls of ``evaluate(model)`` in a phase (a multiple of the
+        run's ``log_interval``), or None (the default) for no evaluation. A phase that
+        evaluates is also evaluated at its end."""
         return None
-
-    def evaluate(self, model):
-        """Evaluates ``model`` on the task's held-out data; returns a dict of metrics."""
-        raise NotImplementedError
 
     def target_reached(self, evaluation):
         """True when an evaluation reaches the task's target, which ends the run there (the

@@ -124,7 +124,7 @@ def per_replica_batch_size(key, phase, num_replicas):
     """Examples per replica in one micro-batch of ``phase``; raises ValueError unless the
     micro-batch (``global_batch_size / gradient_accumulation_steps``) splits evenly over the
     replicas. ``key`` names the phase in the message."""
-    micro_batch = phase.global_batch_size // phase.gradient_accumulation_steps
+    micro_batch = phase.micro_batch_size()
     if micro_batch % num_replicas:
         raise ValueError(
             f"{key}.global_batch_size={phase.global_batch_size} / gradient_accumulation_steps="
@@ -143,7 +143,7 @@ def make_phase_dataset(strategy, recipe, phase_index, phase, start_step=0):
     ``input_seed``, the phase and ``start_step``.
     """
     skip_batches = start_step * phase.gradient_accumulation_steps
-    micro_batch = phase.global_batch_size // phase.gradient_accumulation_steps
+    micro_batch = phase.micro_batch_size()
 
     def dataset_fn(input_context):
         batch_size = input_context.get_per_replica_batch_size(micro_batch)

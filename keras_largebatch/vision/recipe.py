@@ -33,9 +33,7 @@ class ImageClassification(Recipe):
 
     def prepare(self, log):
         config, data = self.config, self.config.data
-        micro_batch = max(
-            p.global_batch_size // p.gradient_accumulation_steps for p in config.phases
-        )
+        micro_batch = max(phase.micro_batch_size() for phase in config.phases)
         if data.dataset == "fashion_mnist":
             (train_x, train_y), (test_x, test_y) = fashion_mnist.load(data.fashion_mnist_dir)
             self._arrays = {"train": (train_x, train_y), "eval": (test_x, test_y)}
@@ -57,7 +55,6 @@ class ImageClassification(Recipe):
             )
 
     def build_model(self):
-        """The classifier, built in the strategy's scope."""
         model = self.config.model
         channels = 1 if self.config.data.dataset == "fashion_mnist" else 3
         return image_classifier(
@@ -65,12 +62,7 @@ class ImageClassification(Recipe):
             model.num_classes,
             (model.image_size, model.image_size, channels),
             dtype=self.config.mixed_precision,
-            # Keras's synchronized moments on a single replica (outside
-            # a multi-replica strategy) give other statistics than the
-            # plain ones; with one replica there is nothing to synchronize.
-            sync_batch_norm=(
-                model.sync_batch_norm and tf.distribute.get_strategy().num_replicas_in_sync > 1
-            ),
+            sync_batch_norm=model.sync_batch_norm,
         )
 
     def build_optimizer(self, phase_index, model):

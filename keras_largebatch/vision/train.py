@@ -22,11 +22,12 @@ from keras_largebatch.training import command
 
 def train(config, callbacks=(), log=None):
     """Runs (or resumes, or reports) the run that ``config`` (a `config.TrainConfig`)
-    describes; returns its summary (`keras_largebatch.training.trainer.train`)."""
+    describes (validated by the trainer); returns its summary
+    (`keras_largebatch.training.trainer.train`)."""
     from keras_largebatch.training import trainer
     from keras_largebatch.vision.recipe import ImageClassification
 
-    return trainer.train(config.validate(), ImageClassification(config), callbacks, log)
+    return trainer.train(config, ImageClassification(config), callbacks, log)
 
 
 def build_parser():
