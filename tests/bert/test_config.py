@@ -165,6 +165,7 @@ def test_tpu_configs_hold_the_published_recipes():
     configs = {
         os.path.basename(path): config_lib.load_config(path)
         for path in glob.glob(os.path.join(REPOSITORY, "tpu_configs", "bert_*.yaml"))
+        if not path.endswith("bert_tiny_default.yaml")  # the embedded default, for CPUs
     }
     nvidia = configs["bert_large_lamb_nvidia.yaml"]
     assert nvidia.model.size == "large"
@@ -179,6 +180,21 @@ def test_tpu_configs_hold_the_published_recipes():
         (512, 32768),
     ]
     assert sum(p.steps for p in mixed.phases) == 8599
+    # The 32K run: 15,625 steps, 90% at length 128; 5e-3 by the square-root rule.
+    large_32k = configs["bert_large_lamb_32k.yaml"]
+    assert [
+        (p.seq_length, p.global_batch_size, p.steps, p.peak_learning_rate, p.power)
+        for p in large_32k.phases
+    ] == [(128, 32768, 14063, 5e-3, 1.0), (512, 32768, 1562, 5e-3, 1.0)]
+    # BERT-Base at batch 4,096: the 32K run's examples, its warmup steps, 5e-3 x sqrt(1/8).
+    base = configs["bert_base_lamb_v3_8.yaml"]
+    assert base.model.size == "base"
+    for phase, reference in zip(base.phases, large_32k.phases):
+        assert phase.steps * phase.global_batch_size == reference.steps * 32768
+        assert phase.warmup_steps == reference.warmup_steps
+        assert phase.peak_learning_rate == pytest.approx(5e-3 * (4096 / 32768) ** 0.5, rel=1e-3)
+    # A micro-batch of 64 examples per core at length 128 and 16 at 512 on 8 cores.
+    assert [p.micro_batch_size() // 8 for p in base.phases] == [64, 16]
     for config in configs.values():
         assert config.strategy.name == "tpu"
         assert config.mixed_precision == "mixed_bfloat16"

@@ -1,0 +1,140 @@
+"""The Colab notebooks: stored clean, with a papermill parameters cell, and executed headless.
+
+Each notebook runs in a Jupyter kernel of this interpreter (papermill's ``python3``), with
+``SMOKE_TEST=True`` and its output directory injected after the parameters cell, as a user would
+run it with ``papermill -p SMOKE_TEST True``. On this CPU-only machine that takes the no-TPU
+fallback; the assertions read what the run wrote.
+"""
+
+import ast
+import json
+import math
+from pathlib import Path
+
+import nbformat
+import papermill
+import pytest
+from IPython.core.inputtransformer2 import TransformerManager
+
+from keras_largebatch import scale_learning_rate
+
+ROOT = Path(__file__).resolve().parents[1]
+NOTEBOOKS = sorted((ROOT / "colab").glob("*.ipynb"))
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+FALLBACK = "No TPU found"
+
+
+def _code_cells(path):
+    notebook = nbformat.read(path, as_version=4)
+    return [cell for cell in notebook.cells if cell.cell_type == "code"]
+
+
+def _parameters(path):
+    """The parameters cell's assignments, as Python values."""
+    (cell,) = [cell for cell in _code_cells(path) if "parameters" in cell.metadata.get("tags", [])]
+    return {
+        node.targets[0].id: ast.literal_eval(node.value)
+        for node in ast.parse(cell.source).body
+        if isinstance(node, ast.Assign)
+    }
+
+
+def test_there_are_the_two_notebooks():
+    assert [path.name for path in NOTEBOOKS] == ["pretrain_bert.ipynb", "quickstart.ipynb"]
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda path: path.name)
+def test_stored_valid_and_without_outputs(path):
+    notebook = nbformat.read(path, as_version=4)
+    nbformat.validate(notebook)
+    assert notebook.nbformat == 4 and notebook.metadata.kernelspec.name == "python3"
+    for cell in _code_cells(path):
+        assert cell.outputs == [] and cell.execution_count is None, cell.source[:80]
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda path: path.name)
+def test_every_code_cell_parses(path):
+    # IPython's own transformation turns the ! and % lines into Python, indented ones included.
+    for cell in _code_cells(path):
+        ast.parse(TransformerManager().transform_cell(cell.source))
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda path: path.name)
+def test_the_first_code_cell_holds_the_parameters(path):
+    first, second = _code_cells(path)[:2]
+    assert first.metadata["tags"] == ["parameters"]
+    parameters = _parameters(path)
+    assert parameters["SMOKE_TEST"] is False
+    assert parameters["ROAD"] in ("jax", "tensorflow") and parameters["OUTPUT_DIR"]
+    # The backend follows ROAD, set in the cell that papermill's injected values precede and
+    # before anything imports Keras.
+    assert 'os.environ["KERAS_BACKEND"] = ROAD' in second.source
+    assert not any("import keras" in cell.source for cell in _code_cells(path)[:2])
+
+
+def test_the_bert_notebook_default_recipe_is_a_tpu_config():
+    config_file = _parameters(ROOT / "colab" / "pretrain_bert.ipynb")["CONFIG_FILE"]
+    assert (ROOT / config_file).is_file() and config_file.startswith("tpu_configs/")
+
+
+def _execute(path, tmp_path, **parameters):
+    executed = tmp_path / path.name
+    papermill.execute_notebook(
+        str(path),
+        str(executed),
+        parameters=dict(SMOKE_TEST=True, **parameters),
+        kernel_name="python3",
+        cwd=str(ROOT),
+        progress_bar=False,
+    )
+    return "".join(
+        "".join(output.get("text", ""))
+        for cell in _code_cells(executed)
+        for output in cell.outputs
+        if output.output_type == "stream"
+    )
+
+
+@pytest.mark.parametrize("road", ["jax", "tensorflow"])
+def test_quickstart_trains_and_plots(road, tmp_path):
+    output_dir = tmp_path / "quickstart"
+    printed = _execute(
+        ROOT / "colab" / "quickstart.ipynb", tmp_path, ROAD=road, OUTPUT_DIR=str(output_dir)
+    )
+    history = json.loads((output_dir / "history.json").read_text())
+    assert (history["road"], history["backend"], history["on_tpu"]) == (road, road, False)
+    assert FALLBACK in printed and f"on {road}" in printed
+    # SMOKE_TEST: 1,024 synthetic images in batches of 16, 2 epochs.
+    assert history["global_batch_size"] == 16 and history["steps"] == 2 * 1024 // 16
+    assert len(history["losses"]) == len(history["learning_rates"]) == history["steps"]
+    assert all(math.isfinite(loss) for loss in history["losses"])
+    assert history["losses"][-1] < history["losses"][0]
+    # Warmup over the first epoch to the square-root-scaled peak, then decay to 0.
+    peak = scale_learning_rate(2e-3, 128, 16)
+    assert max(history["learning_rates"]) == pytest.approx(peak, rel=1e-5)
+    assert history["learning_rates"][63] == pytest.approx(peak, rel=1e-5)
+    assert history["learning_rates"][-1] == pytest.approx(0.0, abs=1e-9)
+    plot = (output_dir / "loss_and_learning_rate.png").read_bytes()
+    assert plot.startswith(PNG_SIGNATURE) and len(plot) > 1000
+
+
+def test_pretrain_bert_runs_the_tiny_default_job(tmp_path):
+    output_dir = tmp_path / "run"
+    printed = _execute(
+        ROOT / "colab" / "pretrain_bert.ipynb",
+        tmp_path,
+        ROAD="tensorflow",
+        CONFIG_FILE="tpu_configs/bert_tiny_default.yaml",
+        OUTPUT_DIR=str(output_dir),
+        DATA_DIR=str(tmp_path / "data"),
+    )
+    assert FALLBACK in printed and "keras-largebatch-pretrain --config" in printed
+    run_config = json.loads((output_dir / "run_config.json").read_text())
+    summary = json.loads((output_dir / "summary.json").read_text())
+    configured_steps = sum(phase["steps"] for phase in run_config["phases"])
+    assert summary["global_steps"] == configured_steps == 4
+    assert run_config["strategy"]["name"] == "auto" and summary["strategy"]["kind"] == "default"
+    assert summary["model_size"] == "tiny" and summary["optimizer"] == "lamb"
+    for window in ("initial", "final"):
+        assert all(math.isfinite(value) for value in summary[window].values()), summary[window]
+    assert f"loss: {summary['initial']['loss']:.4f} -> {summary['final']['loss']:.4f}" in printed

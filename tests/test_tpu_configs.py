@@ -1,0 +1,163 @@
+"""Every recipe in tpu_configs/ loads, names its source, and trains through its real command.
+
+Each recipe runs two optimizer steps on the CPU through `main` of the command its header names,
+with the sizes overridden (a tiny model, a small batch, local records written here) and
+everything else as the file has it: phases, schedules, optimizer, accumulation, exclusions.
+"""
+
+import json
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+from keras_largebatch.bert import config as bert_config
+from keras_largebatch.bert import pretrain
+from keras_largebatch.vision import config as vision_config
+from keras_largebatch.vision import train
+from tests.support.bert_records import write_records
+from tests.support.imagenet_records import write_imagenet_records
+
+CONFIGS = Path(__file__).resolve().parents[1] / "tpu_configs"
+BERT = sorted(path.name for path in CONFIGS.glob("bert_*.yaml"))
+IMAGES = sorted(path.name for path in CONFIGS.glob("resnet50_*.yaml"))
+# A paper's arXiv id, or the public repository path of the implementation reproduced.
+SOURCE = re.compile(r"arXiv:\d{4}\.\d{4,5}|NVIDIA/DeepLearningExamples|mlcommons/training")
+
+
+def test_every_config_is_a_bert_or_an_image_recipe():
+    assert sorted(path.name for path in CONFIGS.glob("*.yaml")) == sorted(BERT + IMAGES)
+    assert len(BERT) >= 5 and len(IMAGES) >= 2
+
+
+@pytest.mark.parametrize("name", BERT + IMAGES)
+def test_the_header_names_a_source_and_the_command(name):
+    text = (CONFIGS / name).read_text()
+    header = "\n".join(line for line in text.splitlines() if line.startswith("#"))
+    assert text.startswith("# ") and SOURCE.search(header), name
+    command = "keras-largebatch-pretrain" if name in BERT else "keras-largebatch-train-images"
+    assert f"{command} --config tpu_configs/{name}" in header
+
+
+@pytest.mark.parametrize("name", BERT)
+def test_bert_configs_load(name):
+    assert bert_config.load_config(str(CONFIGS / name)).phases
+
+
+@pytest.mark.parametrize("name", IMAGES)
+def test_image_configs_load(name):
+    assert vision_config.load_config(str(CONFIGS / name)).phases
+
+
+def test_the_tiny_default_is_the_empty_config():
+    written = bert_config.load_config(str(CONFIGS / "bert_tiny_default.yaml"))
+    assert written.to_dict() == bert_config.load_config().to_dict()
+    # Every field is written out, so the file shows the whole job.
+    document = yaml.safe_load((CONFIGS / "bert_tiny_default.yaml").read_text())
+    assert _keys(document) == _keys(bert_config.load_config().to_dict())
+
+
+def _keys(values, prefix=""):
+    if isinstance(values, list) and values and isinstance(values[0], dict):
+        return set().union(*(_keys(item, f"{prefix}{index}.") for index, item in enumerate(values)))
+    if not isinstance(values, dict):
+        return {prefix.rstrip(".")}
+    return set().union(*(_keys(value, f"{prefix}{key}.") for key, value in values.items()))
+
+
+def _summary(main, argv, capsys):
+    capsys.readouterr()
+    status = main(argv)
+    captured = capsys.readouterr()
+    assert status == 0, captured.err[-3000:]
+    return json.loads(captured.out)
+
+
+def _two_steps(num_phases):
+    """Steps per phase that make two optimizer steps over a run of one or two phases."""
+    return [2] if num_phases == 1 else [1, 1]
+
+
+@pytest.fixture(scope="module")
+def bert_records(tmp_path_factory):
+    return write_records(tmp_path_factory.mktemp("bert") / "records.tfrecord", 64, seed=3)
+
+
+@pytest.mark.parametrize("name", BERT)
+def test_bert_config_trains_two_steps_through_the_command(name, bert_records, tmp_path, capsys):
+    recipe = bert_config.load_config(str(CONFIGS / name))
+    assert len(recipe.phases) <= 2
+    overrides = [
+        f"output_dir={tmp_path / 'run'}",
+        "model.num_layers=1",
+        "model.hidden_dim=16",
+        "model.num_heads=2",
+        "model.intermediate_dim=32",
+        "model.vocabulary_size=64",
+        "model.max_sequence_length=16",
+        "log_interval=1",
+        "checkpoint_interval=1",
+        "steps_per_execution=1",
+        "mixed_precision=null",  # bfloat16 is slow on CPUs; the TPU precision is not tested
+        "strategy.name=default",
+        "strategy.tpu=null",
+    ]
+    for index, (phase, steps) in enumerate(zip(recipe.phases, _two_steps(len(recipe.phases)))):
+        # Accumulation stays on where the recipe has it, over 2 micro-batches of 2.
+        accumulation = min(phase.gradient_accumulation_steps, 2)
+        overrides += [
+            f"phases.{index}.seq_length=16",
+            f"phases.{index}.max_predictions_per_seq=4",
+            f"phases.{index}.global_batch_size={2 * accumulation}",
+            f"phases.{index}.gradient_accumulation_steps={accumulation}",
+            f"phases.{index}.steps={steps}",
+            f"phases.{index}.warmup_steps=0",
+            f"phases.{index}.input_files=['{bert_records}']",
+        ]
+    summary = _summary(pretrain.main, ["--config", str(CONFIGS / name), *overrides], capsys)
+    assert summary["global_steps"] == 2
+    assert sum(phase["steps"] for phase in summary["phases"]) == 2
+    assert summary["optimizer"] == recipe.optimizer.name
+    for key in pretrain.REPORTED_METRICS:
+        assert np.isfinite(summary["final"][key]), (key, summary["final"])
+    assert np.isfinite(summary["final"]["loss"])
+
+
+@pytest.fixture(scope="module")
+def image_records(tmp_path_factory):
+    directory = tmp_path_factory.mktemp("imagenet")
+    labels = [1 + index % 10 for index in range(16)]  # 1-based, as in the TPU records
+    return {
+        "train": [write_imagenet_records(directory / "train-0", labels)],
+        "eval": [write_imagenet_records(directory / "validation-0", labels[:10])],
+    }
+
+
+@pytest.mark.parametrize("name", IMAGES)
+def test_image_config_trains_two_steps_through_the_command(name, image_records, tmp_path, capsys):
+    overrides = [
+        f"output_dir={tmp_path / 'run'}",
+        f"data.train_files={json.dumps(image_records['train'])}",
+        f"data.eval_files={json.dumps(image_records['eval'])}",
+        "data.num_train_examples=16",
+        "data.eval_batch_size=10",
+        "model.architecture=small",
+        "model.num_classes=10",
+        "model.image_size=24",
+        "phases.0.global_batch_size=8",
+        "phases.0.steps=2",
+        "phases.0.warmup_epochs=0",
+        "log_interval=1",
+        "checkpoint_interval=2",
+        "eval_interval=2",
+        "steps_per_execution=1",
+        "target_accuracy=null",
+        "mixed_precision=null",
+        "strategy.name=default",
+    ]
+    summary = _summary(train.main, ["--config", str(CONFIGS / name), *overrides], capsys)
+    assert summary["global_steps"] == 2
+    assert np.isfinite(summary["final"]["loss"])
+    assert [evaluation["global_step"] for evaluation in summary["evaluations"]] == [2]
