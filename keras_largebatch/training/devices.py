@@ -115,6 +115,14 @@ class JaxDevices:
     backend = "jax"
 
     def __init__(self, devices=None):
+        if tf.config.list_physical_devices("GPU"):
+            # TensorFlow only reads the input here; left its GPUs, it would take their memory
+            # from JAX (JAX's documentation, "GPU memory allocation"). Once TensorFlow has
+            # started, its devices are fixed, as whoever started it set them.
+            try:
+                tf.config.set_visible_devices([], "GPU")
+            except RuntimeError:
+                pass
         available = keras.distribution.list_devices()
         if devices is not None:
             missing = [device for device in devices if device not in available]
