@@ -50,9 +50,7 @@ class PhaseConfig:
     steps: int = 600  # optimizer steps of this phase
     gradient_accumulation_steps: Optional[int] = None  # micro-batches per optimizer step; null:
     # the fewest that fit max_per_replica_batch_size on the replicas present (1 without it)
-    max_per_replica_batch_size: Optional[int] = (
-        None  # most examples per replica that fit; null: any
-    )
+    max_per_replica_batch_size: Optional[int] = None  # largest per-replica micro-batch; null: any
 
     def accumulation_steps(self):
         """Micro-batches per optimizer step: ``gradient_accumulation_steps``, or 1 while it is
