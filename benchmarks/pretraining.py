@@ -31,6 +31,7 @@ from keras_largebatch.bert import config as config_lib
 from keras_largebatch.bert import create_data
 from keras_largebatch.bert.recipe import BertPretraining
 from keras_largebatch.training import trainer
+from keras_largebatch.training.devices import TensorFlowDevices
 
 
 def _recipe(
@@ -60,14 +61,14 @@ def _recipe(
 
 def measure_training(model_size, batch_size, record_files, vocab_file, steps, rounds):
     """Median examples/s per optimizer over alternating timed rounds of ``steps`` steps."""
-    strategy = tf.distribute.get_strategy()
+    devices = TensorFlowDevices(tf.distribute.get_strategy())
     models = {}
     for name in ("lamb", "adamw"):
         recipe = _recipe(record_files, vocab_file, model_size, batch_size, name)
         keras.utils.set_random_seed(0)
         model = recipe.build_model()
         model.compile(optimizer=recipe.build_optimizer(0, model))
-        dataset = trainer.make_phase_dataset(strategy, recipe, 0, recipe.config.phases[0])
+        dataset = trainer.make_phase_dataset(devices, recipe, 0, recipe.config.phases[0])
         # The first fit traces and compiles the train function; it is not timed.
         model.fit(dataset, epochs=1, steps_per_epoch=2, verbose=0, shuffle=False)
         models[name] = (model, dataset)
@@ -84,7 +85,7 @@ def measure_pipeline(record_files, vocab_file, batch_size, batches, deterministi
     """Examples/s of the phase dataset with nothing consuming it (median of 5 rounds)."""
     recipe = _recipe(record_files, vocab_file, batch_size=batch_size, deterministic=deterministic)
     dataset = trainer.make_phase_dataset(
-        tf.distribute.get_strategy(), recipe, 0, recipe.config.phases[0]
+        TensorFlowDevices(tf.distribute.get_strategy()), recipe, 0, recipe.config.phases[0]
     )
     iterator = iter(dataset)
     for _ in range(20):

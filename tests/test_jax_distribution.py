@@ -6,16 +6,11 @@ without gradient accumulation. Two host devices come from XLA_FLAGS in a subproc
 JAX backend (tests/support/jax_data_parallel.py), as this process runs Keras on TensorFlow.
 """
 
-import json
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import numpy as np
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests.support.runs import run_on_jax
+
 NAMES = ("LAMB", "LARS", "LARS_sgd_loose_clip")
 CASES = [f"{name}/accumulation={k}" for name in NAMES for k in (None, 2)]
 # Whether each case's global_clipnorm changes its weights: only where it does not can the
@@ -26,23 +21,7 @@ CLIP_BINDS = {"LAMB": True, "LARS": True, "LARS_sgd_loose_clip": False}
 @pytest.fixture(scope="module")
 def runs():
     pytest.importorskip("jax")
-    env = dict(
-        os.environ,
-        KERAS_BACKEND="jax",
-        XLA_FLAGS="--xla_force_host_platform_device_count=2",
-        JAX_PLATFORMS="cpu",
-        CUDA_VISIBLE_DEVICES="",
-    )
-    result = subprocess.run(
-        [sys.executable, "-m", "tests.support.jax_data_parallel"],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert result.returncode == 0, result.stderr[-4000:]
-    return json.loads(result.stdout.strip().splitlines()[-1])
+    return run_on_jax("tests.support.jax_data_parallel")
 
 
 @pytest.mark.parametrize("case", CASES)

@@ -197,7 +197,7 @@ class PretrainConfig(training_config.RunConfig):
                     f"be created under output_dir {self.output_dir!r}, which must then be local; "
                     f"give phases.{index}.input_files for a remote output_dir"
                 )
-            if optimizer.name == "adamw" and phase.gradient_accumulation_steps > 1:
+            if optimizer.name == "adamw" and phase.accumulation_steps() > 1:
                 # Keras's optimizers evaluate the schedule at the micro-batch counter, so
                 # AdamW's warmup and decay would run gradient_accumulation_steps times too
                 # fast; keras_largebatch.LAMB counts optimizer steps.

@@ -113,7 +113,7 @@ def build_optimizer(optimizer_config, phase, model):
         end_learning_rate=phase.end_learning_rate,
         power=phase.power,
     )
-    accumulation = phase.gradient_accumulation_steps
+    accumulation = phase.accumulation_steps()
     common = dict(
         learning_rate=schedule,
         beta_1=optimizer_config.beta_1,

@@ -20,7 +20,7 @@ from typing import Optional
 import yaml
 
 from keras_largebatch import _checks
-from keras_largebatch.distribute import STRATEGY_NAMES
+from keras_largebatch.training.devices import STRATEGY_NAMES, check_strategy_config
 
 MIXED_PRECISION_POLICIES = (None, "mixed_float16", "mixed_bfloat16")
 
@@ -29,11 +29,13 @@ _NUMBER = re.compile(r"^[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?$")
 
 @dataclasses.dataclass
 class StrategyConfig:
-    """The tf.distribute strategy, passed to keras_largebatch.distribute.get_strategy."""
+    """The devices to train on (`keras_largebatch.training.devices`): a tf.distribute strategy
+    on TensorFlow (`keras_largebatch.distribute.get_strategy`), DataParallel on JAX."""
 
-    name: str = "auto"  # auto, tpu, multi_worker, mirrored, one_device or default
-    tpu: Optional[str] = None  # "local", a TPU name or grpc://host:port (name tpu or auto)
-    devices: Optional[list[str]] = None  # devices for mirrored / one_device
+    name: str = "auto"  # TF: auto, tpu, multi_worker, mirrored, one_device, default; JAX: auto,
+    # data_parallel
+    tpu: Optional[str] = None  # "local", a TPU name or grpc://host:port (TF: name tpu or auto)
+    devices: Optional[list[str]] = None  # TF: for mirrored / one_device; JAX: e.g. ['tpu:0']
 
 
 @dataclasses.dataclass
@@ -46,21 +48,70 @@ class PhaseConfig:
 
     global_batch_size: int = 32  # examples per optimizer step, over all replicas
     steps: int = 600  # optimizer steps of this phase
-    gradient_accumulation_steps: int = 1  # micro-batches per optimizer step
+    gradient_accumulation_steps: Optional[int] = None  # micro-batches per optimizer step; null:
+    # the fewest that fit max_per_replica_batch_size on the replicas present (1 without it)
+    max_per_replica_batch_size: Optional[int] = None  # largest per-replica micro-batch; null: any
+
+    def accumulation_steps(self):
+        """Micro-batches per optimizer step: ``gradient_accumulation_steps``, or 1 while it is
+        not given (`resolve` derives it for the replicas of a run)."""
+        return self.gradient_accumulation_steps or 1
 
     def micro_batch_size(self):
         """Examples per micro-batch over all replicas: the global batch over the accumulation
         steps (`validate` checks that it divides)."""
-        return self.global_batch_size // self.gradient_accumulation_steps
+        return self.global_batch_size // self.accumulation_steps()
+
+    def resolve(self, key, num_replicas):
+        """Sets ``gradient_accumulation_steps``, when not given, for ``num_replicas`` replicas and
+        checks the split; returns the examples per replica of a micro-batch.
+
+        The derived k is the smallest with ``global_batch_size % (num_replicas * k) == 0`` and
+        ``global_batch_size / (num_replicas * k) <= max_per_replica_batch_size`` (1 without a
+        limit), so one config accumulates where the replicas are few and not where they are
+        many. ``key`` names the phase in the messages.
+
+        Raises:
+            ValueError: no k splits the batch so, or the micro-batch does not divide over the
+                replicas, or a given k leaves more than ``max_per_replica_batch_size``
+                examples per replica.
+        """
+        limit = self.max_per_replica_batch_size
+        if self.gradient_accumulation_steps is None:
+            self.gradient_accumulation_steps = derive_accumulation_steps(
+                key, self.global_batch_size, num_replicas, limit
+            )
+        micro_batch = self.micro_batch_size()
+        if micro_batch % num_replicas:
+            raise ValueError(
+                f"{key}.global_batch_size={self.global_batch_size} / gradient_accumulation_steps="
+                f"{self.gradient_accumulation_steps} = {micro_batch} examples per micro-batch "
+                f"must be divisible by the {num_replicas} replicas of the strategy"
+            )
+        per_replica = micro_batch // num_replicas
+        if limit is not None and per_replica > limit:
+            raise ValueError(
+                f"{key}.global_batch_size={self.global_batch_size} / ({num_replicas} replicas x "
+                f"gradient_accumulation_steps={self.gradient_accumulation_steps}) = {per_replica} "
+                f"examples per replica exceeds {key}.max_per_replica_batch_size={limit}; raise "
+                "gradient_accumulation_steps or leave it null to derive it"
+            )
+        return per_replica
 
     def validate(self, key, run):
         """Checks this phase (``key``: its config path) within ``run``, its `RunConfig`."""
-        for name in ("global_batch_size", "steps", "gradient_accumulation_steps"):
+        for name in ("global_batch_size", "steps"):
             _checks.check_integer(f"{key}.{name}", getattr(self, name), low=1)
-        if self.global_batch_size % self.gradient_accumulation_steps:
+        for name in ("gradient_accumulation_steps", "max_per_replica_batch_size"):
+            if getattr(self, name) is not None:
+                _checks.check_integer(f"{key}.{name}", getattr(self, name), low=1)
+        if self.gradient_accumulation_steps is None and self.max_per_replica_batch_size:
+            return  # checked again once `resolve` derives the accumulation
+        accumulation = self.accumulation_steps()
+        if self.global_batch_size % accumulation:
             raise ValueError(
                 f"{key}.global_batch_size={self.global_batch_size} must be divisible by "
-                f"{key}.gradient_accumulation_steps={self.gradient_accumulation_steps}"
+                f"{key}.gradient_accumulation_steps={accumulation}"
             )
         # One training call runs steps_per_execution micro-batches; Keras would run past the
         # end of a logging window (and of the phase) that is not a whole number of calls.
@@ -68,13 +119,36 @@ class PhaseConfig:
             (run.log_interval, "log_interval"),
             (self.steps % run.log_interval, f"{key}.steps % log_interval"),
         ):
-            micro_steps = steps * self.gradient_accumulation_steps
+            micro_steps = steps * accumulation
             if micro_steps % run.steps_per_execution:
                 raise ValueError(
                     f"steps_per_execution={run.steps_per_execution} must divide {what} x "
                     f"{key}.gradient_accumulation_steps = {micro_steps} (training calls of a "
                     "logging window)"
                 )
+
+
+def derive_accumulation_steps(key, global_batch_size, num_replicas, max_per_replica_batch_size):
+    """The fewest micro-batches per optimizer step that split ``global_batch_size`` evenly over
+    ``num_replicas`` replicas, at most ``max_per_replica_batch_size`` examples each (None: no
+    limit, so 1). ``key`` names the phase in the message.
+
+    Raises:
+        ValueError: no number of micro-batches does.
+    """
+    if max_per_replica_batch_size is None:
+        return 1
+    for steps in range(1, global_batch_size // num_replicas + 1):
+        per_replica, remainder = divmod(global_batch_size, num_replicas * steps)
+        if not remainder and per_replica <= max_per_replica_batch_size:
+            return steps
+    raise ValueError(
+        f"{key}.global_batch_size={global_batch_size} cannot be split over {num_replicas} "
+        f"replicas into micro-batches of at most {key}.max_per_replica_batch_size="
+        f"{max_per_replica_batch_size} examples per replica: no gradient_accumulation_steps k "
+        f"has {global_batch_size} divisible by {num_replicas} x k with {global_batch_size} / "
+        f"({num_replicas} x k) <= {max_per_replica_batch_size}"
+    )
 
 
 @dataclasses.dataclass
@@ -107,6 +181,7 @@ class RunConfig:
         """
         _checks.check_choice("mixed_precision", self.mixed_precision, MIXED_PRECISION_POLICIES)
         _checks.check_choice("strategy.name", self.strategy.name, STRATEGY_NAMES)
+        check_strategy_config(self.strategy)
         for name in (
             "checkpoint_interval",
             "log_interval",
@@ -125,6 +200,17 @@ class RunConfig:
         for index, phase in enumerate(self.phases):
             phase.validate(f"phases.{index}", self)
         return self
+
+    def resolve(self, num_replicas):
+        """Fits the phases to ``num_replicas`` replicas (`PhaseConfig.resolve`) and validates the
+        result; returns self.
+
+        Changes this config in place, so that a recipe holding it builds its optimizers for
+        the accumulation the trainer runs; the run directory records the resolved values.
+        """
+        for index, phase in enumerate(self.phases):
+            phase.resolve(f"phases.{index}", num_replicas)
+        return self.validate()
 
 
 def config_from_dict(cls, values, key="config"):

@@ -1,8 +1,9 @@
 """The interface between a task (language-model pretraining, image classification) and the
 trainer.
 
-A recipe says what to train; `keras_largebatch.training.trainer.train` runs it: claims the
-run directory, picks the strategy, builds the model in its scope, and for each phase builds
+A recipe says what to train; `keras_largebatch.training.trainer.train` runs it: picks the
+devices (`training.devices`: a tf.distribute strategy on TensorFlow, DataParallel on JAX),
+claims the run directory, builds the model in their scope, and for each phase builds
 the optimizer, positions the data at the step it resumes from, trains logging windows, and
 writes checkpoints, TensorBoard scalars and the summary. The trainer knows nothing of the task
 beyond these methods; the recipe knows nothing of checkpoints, resume or logging.
@@ -37,13 +38,13 @@ class Recipe(abc.ABC):
     def prepare(self, log):
         """Checks (and, if the task creates them, creates) the inputs of every phase.
 
-        Called once, after the run directory is claimed and the strategy is known, before the
+        Called once, after the run directory is claimed and the devices are known, before the
         model is built. Raise ValueError for bad input here, before any training.
         """
 
     @abc.abstractmethod
     def build_model(self):
-        """A new, built Keras model (called inside the strategy's scope)."""
+        """A new, built Keras model (called inside the devices' scope)."""
 
     @abc.abstractmethod
     def build_optimizer(self, phase_index, model):
@@ -63,8 +64,10 @@ class Recipe(abc.ABC):
 
         Args:
             phase_index: the phase.
-            batch_size: examples per batch: one replica's share of one micro-batch.
-            input_context: the `tf.distribute.InputContext` of this pipeline (shard by it).
+            batch_size: examples per batch: one replica's share of one micro-batch (on JAX
+                the whole micro-batch, which Keras splits over the devices).
+            input_context: the `tf.distribute.InputContext` of this pipeline (shard by it; on
+                JAX one pipeline of one replica).
             shuffle_seed: None: read in a fixed order, one pass (the trainer repeats it and
                 skips what was trained); else an int seeding an endless shuffled dataset.
         """

@@ -67,7 +67,7 @@ class RunDirectory:
         if self.config.overwrite:
             self._remove_run_files()
             state = None
-        elif state is not None and state["config"] != expected:
+        elif state is not None and _differences(state["config"], expected):
             raise ValueError(
                 f"checkpoint_dir {self.checkpoint_dir!r} holds a run with a different config "
                 f"(differs at {sorted(_differences(state['config'], expected))}); use another "
@@ -253,6 +253,8 @@ def _entry(state):
 
 
 def _differences(old, new, prefix=""):
+    """The dotted keys where two configs differ; a key one of them lacks counts as null, so a
+    run recorded before a field with a null default existed still resumes."""
     if isinstance(old, dict) and isinstance(new, dict):
         keys = set(old) | set(new)
         return [

@@ -10,6 +10,11 @@ dropout, whose random state is not checkpointed). A run that completed reports i
 summary and trains nothing. Under MultiWorkerMirroredStrategy only the chief writes
 checkpoints, logs and the summary; every worker resumes from the same state file.
 
+The devices (`training.devices`) are a tf.distribute strategy on the TensorFlow backend and
+`keras.distribution.DataParallel` on JAX; each phase's global batch is split over their replicas
+and, where a phase gives ``max_per_replica_batch_size`` without ``gradient_accumulation_steps``,
+into as few micro-batches as fit (`config.PhaseConfig.resolve`).
+
 One Keras epoch is one logging window of ``log_interval`` optimizer steps, so the metrics Keras
 resets at each epoch are the window's means.
 """
@@ -21,7 +26,7 @@ import keras
 import numpy as np
 
 from keras_largebatch.callbacks import LearningRateLogger, TrustRatioMonitor
-from keras_largebatch.distribute import describe_strategy, get_strategy
+from keras_largebatch.training.devices import create_devices
 from keras_largebatch.training.run_directory import RunDirectory
 
 # Seeds of successive (re)starts of a phase with shuffled input stay apart.
@@ -32,7 +37,8 @@ def train(config, recipe, callbacks=(), log=None):
     """Runs the run that ``config`` (a `training.config.RunConfig`) and ``recipe`` describe.
 
     Args:
-        config: the run's config; validated here.
+        config: the run's config; validated here, then its phases' accumulation steps are
+            derived for the replicas present (`config.RunConfig.resolve`, in place).
         recipe: a `training.recipe.Recipe` built from the same config.
         callbacks: extra Keras callbacks added to every phase's `fit`, after the run's own.
         log: a function taking one progress line; default prints to stderr.
@@ -41,18 +47,24 @@ def train(config, recipe, callbacks=(), log=None):
         The summary dict, also written to ``OUTPUT_DIR/summary.json``: ``global_steps``,
         ``examples_per_second`` (training throughput of this process, compilation excluded),
         ``initial`` and ``final`` (the first and last logging window's reported metrics),
-        ``phases`` (per phase: steps, batch, throughput), ``strategy``, ``resumed_from_step``,
-        ``wall_time_seconds``, ``checkpoint``, and the recipe's own fields.
+        ``phases`` (per phase: steps, global batch, replicas, per-replica batch, accumulation
+        steps, throughput), ``strategy`` (backend, kind, replicas, workers, devices),
+        ``resumed_from_step``, ``wall_time_seconds``, ``checkpoint``, and the recipe's own
+        fields.
 
     Raises:
-        ValueError: a bad config value, an output directory holding a different run, a batch
-            that does not divide over the replicas, or bad input found by the recipe; all
-            before any training. OSError: no checkpoint of the run can be read.
+        ValueError: a bad config value (a setting of the other Keras backend included), an
+            output directory holding a different run, a batch that does not split over the
+            replicas within ``max_per_replica_batch_size``, or bad input found by the recipe;
+            all before any training. OSError: no checkpoint of the run can be read.
     """
     log = log or _stderr_logger(recipe.name)
     start_time = time.perf_counter()
     config.validate()
+    devices = create_devices(config.strategy)
+    config.resolve(devices.num_replicas)
     run = RunDirectory(config)
+    run.writes = devices.writes
     state = run.claim()
     if state is not None and state["complete"] and run.has_summary():
         log(
@@ -63,55 +75,51 @@ def train(config, recipe, callbacks=(), log=None):
         return run.read_summary()
     # A complete state without a summary (killed just before writing it) goes on below: the
     # last phase-end checkpoint leaves no step to train, and the summary is written.
-    strategy = get_strategy(
-        config.strategy.name, tpu=config.strategy.tpu, devices=config.strategy.devices
-    )
-    num_replicas = strategy.num_replicas_in_sync
-    run.writes = strategy.extended.should_checkpoint
-    for index, phase in enumerate(config.phases):
-        per_replica_batch_size(f"phases.{index}", phase, num_replicas)
     recipe.prepare(log)
     if state is not None:
         state = run.readable_state(warn=lambda line: log(f"warning: {line}"))
-    description = describe_strategy(strategy)
+    description = devices.describe()
     log(
-        f"strategy {description['kind']} with {num_replicas} replica(s) on "
-        f"{description['devices']}; mixed precision {config.mixed_precision}"
+        f"{description['backend']} backend, strategy {description['kind']} with "
+        f"{devices.num_replicas} replica(s) on {description['devices']}; mixed precision "
+        f"{config.mixed_precision}"
     )
 
     keras.utils.set_random_seed(config.seed)
-    with strategy.scope():
+    # Everything that makes or uses the model's variables runs in the devices' scope: JAX's
+    # DataParallel places variables and splits batches only while its distribution is set.
+    with devices.scope():
         model = recipe.build_model()
-    start_phase, start_step = 0, 0
-    if state is not None:
-        start_phase, start_step = state["phase"], state["step"]
-        if start_step == config.phases[start_phase].steps:
-            # A phase-end checkpoint: the next phase starts from its weights with a fresh
-            # optimizer, so only the model's weights are loaded (the model has no optimizer yet).
-            model.load_weights(state["checkpoint"])
-            start_phase, start_step = start_phase + 1, 0
-        log(
-            f"resuming from {state['checkpoint']} at phase {start_phase + 1}, step {start_step} "
-            f"(global step {state['global_step']})"
-        )
+        start_phase, start_step = 0, 0
+        if state is not None:
+            start_phase, start_step = state["phase"], state["step"]
+            if start_step == config.phases[start_phase].steps:
+                # A phase-end checkpoint: the next phase starts from its weights with a fresh
+                # optimizer, so only the model's weights are loaded (it has no optimizer yet).
+                model.load_weights(state["checkpoint"])
+                start_phase, start_step = start_phase + 1, 0
+            log(
+                f"resuming from {state['checkpoint']} at phase {start_phase + 1}, step "
+                f"{start_step} (global step {state['global_step']})"
+            )
 
-    history = RunHistory(state, recipe.reported_metrics)
-    for index in range(start_phase, len(config.phases)):
-        phase_start = start_step if index == start_phase else 0
-        if not _run_phase(
-            config,
-            recipe,
-            index,
-            phase_start,
-            model,
-            strategy,
-            run,
-            history,
-            state if index == start_phase and phase_start else None,
-            list(callbacks),
-            log,
-        ):
-            break  # the recipe's target was reached
+        history = RunHistory(state, recipe.reported_metrics)
+        for index in range(start_phase, len(config.phases)):
+            phase_start = start_step if index == start_phase else 0
+            if not _run_phase(
+                config,
+                recipe,
+                index,
+                phase_start,
+                model,
+                devices,
+                run,
+                history,
+                state if index == start_phase and phase_start else None,
+                list(callbacks),
+                log,
+            ):
+                break  # the recipe's target was reached
     summary = history.summary(
         description, run.state()["checkpoint"], time.perf_counter() - start_time
     )
@@ -120,22 +128,19 @@ def train(config, recipe, callbacks=(), log=None):
     return summary
 
 
-def per_replica_batch_size(key, phase, num_replicas):
-    """Examples per replica in one micro-batch of ``phase``; raises ValueError unless the
-    micro-batch (``global_batch_size / gradient_accumulation_steps``) splits evenly over the
-    replicas. ``key`` names the phase in the message."""
-    micro_batch = phase.micro_batch_size()
-    if micro_batch % num_replicas:
-        raise ValueError(
-            f"{key}.global_batch_size={phase.global_batch_size} / gradient_accumulation_steps="
-            f"{phase.gradient_accumulation_steps} = {micro_batch} examples per micro-batch must "
-            f"be divisible by the {num_replicas} replicas of the strategy"
-        )
-    return micro_batch // num_replicas
+def batch_split(phase, num_replicas):
+    """``global batch G = R replicas x P examples x K accumulation steps`` for a resolved
+    ``phase`` (a `config.PhaseConfig`) on ``num_replicas`` replicas."""
+    return (
+        f"global batch {phase.global_batch_size} = {_count(num_replicas, 'replica')} x "
+        f"{_count(phase.micro_batch_size() // num_replicas, 'example')} x "
+        f"{_count(phase.gradient_accumulation_steps, 'accumulation step')}"
+    )
 
 
-def make_phase_dataset(strategy, recipe, phase_index, phase, start_step=0):
-    """The distributed dataset of one phase, positioned at optimizer step ``start_step``.
+def make_phase_dataset(devices, recipe, phase_index, phase, start_step=0):
+    """The distributed dataset of one phase on ``devices`` (`devices.TensorFlowDevices` or
+    `devices.JaxDevices`), positioned at optimizer step ``start_step``.
 
     With ``recipe.deterministic_input`` the recipe's fixed-order dataset is repeated and the
     batches of the steps already trained are skipped, so a resumed run sees what an
@@ -153,7 +158,7 @@ def make_phase_dataset(strategy, recipe, phase_index, phase, start_step=0):
         seed = (recipe.input_seed + phase_index) * _SEED_STRIDE + start_step
         return recipe.dataset(phase_index, batch_size, input_context, shuffle_seed=seed)
 
-    return strategy.distribute_datasets_from_function(dataset_fn)
+    return devices.distribute(dataset_fn)
 
 
 def build_optimizer(recipe, phase_index, model, mixed_precision):
@@ -165,22 +170,21 @@ def build_optimizer(recipe, phase_index, model, mixed_precision):
 
 
 def _run_phase(
-    config, recipe, index, start_step, model, strategy, run, history, resume_state, callbacks, log
+    config, recipe, index, start_step, model, devices, run, history, resume_state, callbacks, log
 ):
     phase = config.phases[index]
-    with strategy.scope():
-        optimizer = build_optimizer(recipe, index, model, config.mixed_precision)
-        model.compile(
-            optimizer=optimizer,
-            steps_per_execution=config.steps_per_execution,
-            **recipe.compile_arguments(index),
-        )
-        optimizer.build(model.trainable_variables)
+    optimizer = build_optimizer(recipe, index, model, config.mixed_precision)
+    model.compile(
+        optimizer=optimizer,
+        steps_per_execution=config.steps_per_execution,
+        **recipe.compile_arguments(index),
+    )
+    optimizer.build(model.trainable_variables)
     if resume_state is not None:
         model.load_weights(resume_state["checkpoint"])
     log(
-        f"phase {index + 1}/{len(config.phases)}: {phase.steps} steps of "
-        f"{phase.global_batch_size} examples"
+        f"phase {index + 1}/{len(config.phases)}: {phase.steps} steps, "
+        f"{batch_split(phase, devices.num_replicas)}"
         + "".join(f", {key} {value}" for key, value in recipe.phase_summary(index).items())
         + (f", from step {start_step}" if start_step else "")
     )
@@ -203,7 +207,7 @@ def _run_phase(
         if history.target is not None:
             break
         model.fit(
-            make_phase_dataset(strategy, recipe, index, phase, first_step),
+            make_phase_dataset(devices, recipe, index, phase, first_step),
             epochs=(end_step - first_step) // window,
             steps_per_epoch=window * phase.gradient_accumulation_steps,
             callbacks=phase_callbacks + callbacks,
@@ -215,7 +219,7 @@ def _run_phase(
             f"phase {index + 1} stopped at step {windows.step} of {phase.steps}: a callback "
             f"stopped training early; the newest checkpoint is in {run.checkpoint_dir}"
         )
-    history.end_phase(index, phase, recipe.phase_summary(index))
+    history.end_phase(index, phase, devices.num_replicas, recipe.phase_summary(index))
     return history.target is None
 
 
@@ -363,7 +367,7 @@ class RunHistory:
         if reached and self.target is None:
             self.target = {"global_step": global_step, "seconds": elapsed}
 
-    def end_phase(self, index, phase, recipe_fields):
+    def end_phase(self, index, phase, num_replicas, recipe_fields):
         # The first window of each fit includes tracing and compilation.
         windows = self._windows[1:] or self._windows
         examples = sum(count for count, _ in windows)
@@ -374,6 +378,9 @@ class RunHistory:
                 "steps": phase.steps,
                 **recipe_fields,
                 "global_batch_size": phase.global_batch_size,
+                "num_replicas": num_replicas,
+                "per_replica_batch_size": phase.micro_batch_size() // num_replicas,
+                "gradient_accumulation_steps": phase.gradient_accumulation_steps,
                 "examples_per_second": examples / seconds if seconds else None,
             }
         )
@@ -397,6 +404,10 @@ class RunHistory:
             summary["target_reached_at_step"] = (self.target or {}).get("global_step")
             summary["time_to_target_seconds"] = (self.target or {}).get("seconds")
         return summary
+
+
+def _count(number, noun):
+    return f"{number} {noun}" if number == 1 else f"{number} {noun}s"
 
 
 def _stderr_logger(name):

@@ -10,6 +10,8 @@ and ``key=value`` overrides work as for every recipe (`keras_largebatch.training
 import dataclasses
 from typing import Optional
 
+import keras
+
 from keras_largebatch import _checks
 from keras_largebatch.training import config as training_config
 from keras_largebatch.vision import fashion_mnist
@@ -29,7 +31,7 @@ class ModelConfig:
     num_classes: int = 10  # classes of the head (1000 for ImageNet)
     image_size: int = 28  # height and width of the network's input
     label_smoothing: float = 0.1  # of the cross-entropy (MLPerf ResNet-50: 0.1)
-    sync_batch_norm: bool = False  # batch-norm statistics over all replicas; False: per replica
+    sync_batch_norm: bool = False  # TF: statistics over all replicas, not each (JAX: always)
 
 
 @dataclasses.dataclass
@@ -119,6 +121,15 @@ class TrainConfig(training_config.RunConfig):
             )
         if self.target_accuracy is not None:
             _checks.check_number("target_accuracy", self.target_accuracy, low=0, high=1)
+        _checks.check_bool("model.sync_batch_norm", self.model.sync_batch_norm)
+        if self.model.sync_batch_norm and keras.backend.backend() != "tensorflow":
+            # Keras synchronizes batch norm only on TensorFlow; on JAX a step is one program
+            # over the batch of every device, so its statistics already cover them all.
+            raise ValueError(
+                f"model.sync_batch_norm=true is a TensorFlow setting, got it on the "
+                f"{keras.backend.backend()} backend, where batch-norm statistics are computed "
+                "over the micro-batch of all devices already; allowed there: false"
+            )
         _checks.check_integer("model.num_classes", self.model.num_classes, low=2)
         _checks.check_integer("model.image_size", self.model.image_size, low=8)
         _checks.check_number(

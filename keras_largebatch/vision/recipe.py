@@ -75,7 +75,7 @@ class ImageClassification(Recipe):
             end_learning_rate=phase.end_learning_rate,
             power=phase.power,
         )
-        accumulation = phase.gradient_accumulation_steps
+        accumulation = phase.accumulation_steps()
         if optimizer.name == "lars":
             return LARS(
                 learning_rate=schedule,

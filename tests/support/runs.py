@@ -1,7 +1,16 @@
-"""Helpers for tests of training runs: read a checkpoint's arrays, interrupt a run."""
+"""Helpers for tests of training runs: read a checkpoint's arrays, interrupt a run, run a module
+on the JAX backend over two host devices."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import h5py
 import keras
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def checkpoint_arrays(path):
@@ -32,3 +41,26 @@ class InterruptAfter(keras.callbacks.Callback):
         self.seen += 1
         if self.seen == self.batches:
             raise Interrupt(f"interrupted after {self.batches} training calls")
+
+
+def run_on_jax(module, *args, timeout=300):
+    """Runs ``python -m module args`` on the JAX backend with 2 CPU devices and returns the JSON
+    object it prints on its last line (this process runs Keras on TensorFlow, and a process
+    holds one backend)."""
+    env = dict(
+        os.environ,
+        KERAS_BACKEND="jax",
+        XLA_FLAGS="--xla_force_host_platform_device_count=2",
+        JAX_PLATFORMS="cpu",
+        CUDA_VISIBLE_DEVICES="",
+    )
+    result = subprocess.run(
+        [sys.executable, "-m", module, *map(str, args)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    assert result.returncode == 0, result.stderr[-4000:]
+    return json.loads(result.stdout.strip().splitlines()[-1])

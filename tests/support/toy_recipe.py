@@ -75,10 +75,14 @@ class ToyRegression(Recipe):
         )
 
     def build_optimizer(self, phase_index, model):
+        phase = self.config.phases[phase_index]
         return LAMB(
-            learning_rate=self.config.phases[phase_index].learning_rate,
+            learning_rate=phase.learning_rate,
             weight_decay=0.01,
             record_trust_ratio=True,
+            gradient_accumulation_steps=(
+                phase.accumulation_steps() if phase.accumulation_steps() > 1 else None
+            ),
         )
 
     def compile_arguments(self, phase_index):

@@ -59,8 +59,102 @@ def test_a_recipe_config_extends_the_run_config(tmp_path):
         (["overwrite=1"], TypeError, r"overwrite must be true or false, got 1"),
         (["strategy=mirrored"], TypeError, r"strategy must be a mapping of StrategyConfig fields"),
         (["phases.0.lr=1"], ValueError, r"unknown config key 'phases.0.lr'.*'learning_rate'"),
+        (
+            ["phases.0.max_per_replica_batch_size=0"],
+            ValueError,
+            r"phases.0.max_per_replica_batch_size must be in \[1, inf\], got 0",
+        ),
+        (
+            ["strategy.name=data_parallel"],
+            ValueError,
+            r"strategy.name='data_parallel' is not available on the tensorflow backend; "
+            r"allowed there: \('auto', 'tpu', 'multi_worker', 'mirrored', 'one_device', "
+            r"'default'\)",
+        ),
     ],
 )
 def test_bad_values_name_the_key_and_value(tmp_path, overrides, error, message):
     with pytest.raises(error, match=message):
         training_config.load_config(ToyConfig, overrides=[f"output_dir={tmp_path}", *overrides])
+
+
+# Hand-computed splits: (global batch, replicas, most examples per replica) -> the fewest
+# micro-batches k with the global batch divisible by replicas x k and at most that many
+# examples per replica.
+@pytest.mark.parametrize(
+    "global_batch_size, replicas, limit, steps",
+    [
+        (1024, 8, None, 1),  # no limit: no accumulation
+        (1024, 8, 128, 1),  # 128 per replica fits
+        (1024, 8, 32, 4),  # a v3-8: 1024 = 8 x 32 x 4
+        (1024, 256, 32, 1),  # a pod slice: 1024 = 256 x 4, no accumulation
+        (1024, 8, 100, 2),  # 64 per replica is the first split <= 100
+        (96, 8, 5, 3),  # 12 and 6 are too many; 96 = 8 x 4 x 3
+        (10, 2, 1, 5),  # down to one example per replica
+        (32768, 8, 256, 16),  # MLPerf ResNet-50 at 32K on 8 cores of 256
+    ],
+)
+def test_accumulation_derived_from_the_replicas_and_the_limit(
+    global_batch_size, replicas, limit, steps
+):
+    assert (
+        training_config.derive_accumulation_steps("phases.0", global_batch_size, replicas, limit)
+        == steps
+    )
+    phase = training_config.PhaseConfig(global_batch_size, 1, None, limit)
+    assert phase.resolve("phases.0", replicas) == global_batch_size // (replicas * steps)
+    assert phase.gradient_accumulation_steps == steps
+
+
+def test_an_explicit_accumulation_wins_over_the_derived_one():
+    phase = training_config.PhaseConfig(1024, 1, 2, 128)  # would derive k = 1 on 8 replicas
+    assert phase.resolve("phases.0", 8) == 64 and phase.gradient_accumulation_steps == 2
+    assert training_config.PhaseConfig(1024, 1, 2).resolve("phases.0", 8) == 64
+
+
+@pytest.mark.parametrize(
+    "phase, replicas, message",
+    [
+        (
+            training_config.PhaseConfig(12, 1, None, 4),
+            8,
+            r"phases.1.global_batch_size=12 cannot be split over 8 replicas into micro-batches "
+            r"of at most phases.1.max_per_replica_batch_size=4 examples per replica: no "
+            r"gradient_accumulation_steps k has 12 divisible by 8 x k with 12 / \(8 x k\) <= 4",
+        ),
+        (
+            training_config.PhaseConfig(1024, 1, 2, 32),
+            8,
+            r"phases.1.global_batch_size=1024 / \(8 replicas x gradient_accumulation_steps=2\) "
+            r"= 64 examples per replica exceeds phases.1.max_per_replica_batch_size=32",
+        ),
+        (
+            training_config.PhaseConfig(1024, 1, 4, 1024),
+            3,
+            r"phases.1.global_batch_size=1024 / gradient_accumulation_steps=4 = 256 examples per "
+            r"micro-batch must be divisible by the 3 replicas",
+        ),
+    ],
+)
+def test_an_impossible_split_names_the_numbers(phase, replicas, message):
+    with pytest.raises(ValueError, match=message):
+        phase.resolve("phases.1", replicas)
+
+
+def test_the_derived_accumulation_meets_steps_per_execution(tmp_path):
+    # 4 training calls per execution need windows of 2 steps x 2 micro-batches: known only once
+    # the accumulation is derived, so checked again when the config is resolved.
+    overrides = [f"output_dir={tmp_path}", "steps_per_execution=4"]
+    for index, limit in enumerate((4, 2)):
+        overrides.append(f"phases.{index}.max_per_replica_batch_size={limit}")
+    config = training_config.load_config(ToyConfig, overrides=overrides)
+    assert config.resolve(1) is config
+    assert [phase.gradient_accumulation_steps for phase in config.phases] == [2, 2]
+    overrides[-1] = "phases.1.max_per_replica_batch_size=4"  # 4 examples: k = 1
+    config = training_config.load_config(ToyConfig, overrides=overrides)
+    with pytest.raises(
+        ValueError,
+        match=r"steps_per_execution=4 must divide log_interval x "
+        r"phases.1.gradient_accumulation_steps = 2",
+    ):
+        config.resolve(1)

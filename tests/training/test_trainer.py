@@ -5,6 +5,7 @@ Runs are the toy regression of `tests.support.toy_recipe` (two phases of 6 steps
 """
 
 import glob
+import json
 import os
 import re
 
@@ -55,7 +56,10 @@ def test_progress_lines_summary_and_tensorboard(uninterrupted):
         r"[\d,]+ examples/s, \d+ s elapsed"
     )
     assert re.fullmatch(pattern, progress[4]), progress[4]
-    assert "phase 1/2: 6 steps of 8 examples, learning_rate 0.05" in lines
+    assert (
+        "phase 1/2: 6 steps, global batch 8 = 1 replica x 8 examples x 1 accumulation step, "
+        "learning_rate 0.05"
+    ) in lines
     assert summary["global_steps"] == 12 and summary["resumed_from_step"] is None
     assert summary["task"] == "toy regression"
     assert [
@@ -180,15 +184,82 @@ def test_a_batch_that_does_not_split_over_the_replicas_is_refused_first(tmp_path
 
 
 def test_per_replica_batch_size_with_accumulation():
-    phase = load(
-        "unused", "phases.0.global_batch_size=32", "phases.0.gradient_accumulation_steps=4"
-    ).phases[0]
-    assert trainer.per_replica_batch_size("phases.0", phase, 2) == 4
-    assert trainer.per_replica_batch_size("phases.0", phase, 8) == 1
+    def phase():
+        return load(
+            "unused", "phases.0.global_batch_size=32", "phases.0.gradient_accumulation_steps=4"
+        ).phases[0]
+
+    assert phase().resolve("phases.0", 2) == 4
+    assert phase().resolve("phases.0", 8) == 1
     with pytest.raises(
         ValueError, match="8 examples per micro-batch must be divisible by the 16 replicas"
     ):
-        trainer.per_replica_batch_size("phases.0", phase, 16)
+        phase().resolve("phases.0", 16)
+
+
+def test_a_derived_accumulation_trains_as_the_explicit_one(tmp_path):
+    # 8 examples at most 4 per replica: 2 micro-batches in phase 1; phase 2's 4 fit in one.
+    limited = load(
+        tmp_path / "derived",
+        "phases.0.max_per_replica_batch_size=4",
+        "phases.1.max_per_replica_batch_size=4",
+    )
+    lines = []
+    derived = _run(limited, lines=lines)
+    explicit = _run(load(tmp_path / "explicit", "phases.0.gradient_accumulation_steps=2"))
+    _assert_same_weights(derived, explicit)
+    assert any(
+        line.startswith(
+            "phase 1/2: 6 steps, global batch 8 = 1 replica x 4 examples x 2 accumulation steps"
+        )
+        for line in lines
+    )
+    assert [
+        (p["per_replica_batch_size"], p["gradient_accumulation_steps"]) for p in derived["phases"]
+    ] == [(4, 2), (4, 1)]
+    with open(tmp_path / "derived" / "run_config.json") as stream:
+        recorded = json.load(stream)["phases"]
+    assert [
+        (p["gradient_accumulation_steps"], p["max_per_replica_batch_size"]) for p in recorded
+    ] == [
+        (2, 4),
+        (1, 4),
+    ]
+
+
+def test_a_run_recorded_before_max_per_replica_batch_size_resumes(tmp_path, uninterrupted):
+    _, expected, _ = uninterrupted
+    config = load(tmp_path)
+    with pytest.raises(Interrupt):
+        _run(config, [InterruptAfter(5)])
+    # What an earlier version recorded: no max_per_replica_batch_size key.
+    for path, key in (
+        (tmp_path / "run_config.json", None),
+        (tmp_path / "checkpoints" / "state.json", "config"),
+    ):
+        with open(path) as stream:
+            record = json.load(stream)
+        for phase in (record[key] if key else record)["phases"]:
+            del phase["max_per_replica_batch_size"]
+        with open(path, "w") as stream:
+            json.dump(record, stream)
+    summary = _run(load(tmp_path))
+    assert summary["resumed_from_step"] == 4
+    _assert_same_weights(summary, expected)
+
+
+def test_a_setting_of_the_other_backend_is_refused_first(tmp_path):
+    config = load(tmp_path)
+    config.strategy.name = "data_parallel"  # JAX's
+    recipe = ToyRegression(config)
+    with pytest.raises(
+        ValueError,
+        match=r"strategy.name='data_parallel' is not available on the tensorflow backend; "
+        r"allowed there: \('auto', 'tpu', .*keras.distribution.DataParallel, for "
+        r"KERAS_BACKEND=jax",
+    ):
+        trainer.train(config, recipe, log=lambda line: None)
+    assert not recipe.prepared and not os.path.exists(tmp_path / "run_config.json")
 
 
 def test_evaluations_and_a_reached_target_end_the_run(tmp_path):

@@ -1,0 +1,248 @@
+"""Runs of the trainer on the JAX backend, on one device and under DataParallel over two.
+
+Run by tests/training/test_jax_trainer.py, tests/bert/test_pretrain_jax.py and
+tests/vision/test_vision_train_jax.py as
+
+    KERAS_BACKEND=jax XLA_FLAGS=--xla_force_host_platform_device_count=2 JAX_PLATFORMS=cpu \
+        python -m tests.support.jax_training {toy,bert,images} WORK_DIR [RECORD_FILE]
+
+(a process holds one Keras backend, and the test process runs on TensorFlow). Each run writes
+its run directory under WORK_DIR; the last line printed is one JSON object: run name -> its
+summary (whose "checkpoint" the tests read), plus what the mode adds (progress lines, the
+messages of refused settings, the BERT loss comparison).
+"""
+
+import json
+import os
+import sys
+
+import keras
+import numpy as np
+import yaml
+
+from keras_largebatch.training import trainer
+from tests.support.runs import Interrupt, InterruptAfter
+
+ONE_DEVICE = "strategy.devices=['cpu:0']"
+DATA_PARALLEL = "strategy.name=data_parallel"
+
+
+def toy_runs(work_dir):
+    """The toy recipe (two phases of 6 steps at global batches 8 and 4, 2 micro-batches per
+    step in the first): on 1 device, on 2, on 2 with the accumulation derived from
+    ``max_per_replica_batch_size``, and on 2 interrupted and resumed; the progress lines of
+    the 2-device run; the messages of the TensorFlow settings refused on JAX."""
+    from tests.support.toy_recipe import ToyRegression, load
+
+    def run(name, *overrides, callbacks=(), lines=None):
+        config = load(os.path.join(work_dir, name), DATA_PARALLEL, *overrides)
+        log = lines.append if lines is not None else lambda line: None
+        return trainer.train(config, ToyRegression(config), callbacks, log)
+
+    accumulate = "phases.0.gradient_accumulation_steps=2"
+    lines = []
+    results = {
+        "one_device": run("one_device", ONE_DEVICE, accumulate),
+        "data_parallel": run("data_parallel", accumulate, lines=lines),
+        "derived": run(
+            "derived",
+            "phases.0.max_per_replica_batch_size=2",
+            "phases.1.max_per_replica_batch_size=2",
+        ),
+        "lines": lines,
+    }
+    try:
+        run("resumed", accumulate, callbacks=[InterruptAfter(9)])  # step 4.5 of phase 1
+    except Interrupt:
+        pass
+    results["resumed"] = run("resumed", accumulate)
+    refused = {}
+    for override in (
+        "strategy.name=mirrored",
+        "strategy.name=default",
+        "strategy.tpu=local",
+        "strategy.devices=['/cpu:0']",
+    ):
+        output_dir = os.path.join(work_dir, "refused")
+        config = load(output_dir, DATA_PARALLEL)
+        key, value = override.split("=")
+        setattr(config.strategy, key.split(".")[1], yaml.safe_load(value))
+        recipe = ToyRegression(config)
+        try:
+            trainer.train(config, recipe, log=lambda line: None)
+        except ValueError as error:
+            # Refused before the recipe prepares its data or the run directory is made.
+            refused[override] = [str(error), recipe.prepared, os.path.exists(output_dir)]
+    results["refused"] = refused
+    return results
+
+
+def bert_runs(work_dir, record_file):
+    """The tiny BERT of tests/bert/test_pretrain.py for one phase of 6 steps of 8 examples: on
+    1 and 2 devices, each also with 2 micro-batches per step; and `bert_loss_runs`."""
+    from keras_largebatch.bert import config as config_lib
+    from keras_largebatch.bert import pretrain
+
+    def run(name, *overrides):
+        config = config_lib.load_config(
+            overrides=[
+                f"output_dir={os.path.join(work_dir, name)}",
+                "model.num_layers=1",
+                "model.hidden_dim=16",
+                "model.num_heads=2",
+                "model.vocabulary_size=64",
+                "model.dropout=0.0",
+                "phases=[{seq_length: 16, max_predictions_per_seq: 4, global_batch_size: 8, "
+                "steps: 6, warmup_steps: 1, peak_learning_rate: 1.0e-2, "
+                f"input_files: ['{record_file}']}}]",
+                "log_interval=2",
+                "checkpoint_interval=4",
+                DATA_PARALLEL,
+                *overrides,
+            ]
+        )
+        return pretrain.pretrain(config, log=lambda line: None)
+
+    accumulate = "phases.0.gradient_accumulation_steps=2"
+    results = {
+        "one_device": run("one_device", ONE_DEVICE),
+        "data_parallel": run("data_parallel"),
+        "one_device_accumulation": run("one_device_accumulation", ONE_DEVICE, accumulate),
+        "data_parallel_accumulation": run("data_parallel_accumulation", accumulate),
+    }
+    results["loss"] = bert_loss_runs()
+    return results
+
+
+def bert_loss_runs():
+    """One SGD step (learning rate 1: the step is minus the gradient) of a tiny BertPretrainer
+    on 8 examples whose first half masks 4 tokens each and second half 1: on 1 device, on 2
+    (one half each), and the step a per-device normalization would take, the mean of the two
+    halves' own normalized losses. Returns each one's weights and loss, and the initial weights.
+
+    The per-device step is a 1-device step with the masked-LM weights of each half scaled by
+    ``W / (2 W_half)``: their sum stays ``W``, and ``sum(w' CE) / W`` is the mean over the
+    halves of ``sum_half(w CE) / W_half``.
+    """
+    from keras_largebatch.bert import model as model_lib
+
+    rng = np.random.default_rng(0)
+    batch, seq_length, predictions, vocabulary = 8, 12, 4, 50
+    features = {
+        "token_ids": rng.integers(5, vocabulary, (batch, seq_length)).astype("int32"),
+        "segment_ids": (np.arange(seq_length)[None] >= seq_length // 2)
+        .astype("int32")
+        .repeat(batch, 0),
+        "padding_mask": np.ones((batch, seq_length), "int32"),
+        "mask_positions": rng.integers(1, seq_length, (batch, predictions)).astype("int32"),
+    }
+    counts = np.array([predictions] * (batch // 2) + [1] * (batch // 2))
+    masked_lm_weights = (np.arange(predictions)[None] < counts[:, None]).astype("float32")
+    labels = {
+        "masked_lm": rng.integers(0, vocabulary, (batch, predictions)).astype("int32"),
+        "next_sentence": rng.integers(0, 2, batch).astype("int32"),
+    }
+    halves = masked_lm_weights.reshape(2, batch // 2, predictions)
+    per_device_weights = (
+        halves * masked_lm_weights.sum() / (2 * halves.sum(axis=(1, 2), keepdims=True))
+    ).reshape(batch, predictions)
+
+    def step(devices, masked_lm_weights):
+        """(initial weights, weights after the step, loss) of one step on ``devices``."""
+        keras.utils.set_random_seed(7)
+        with keras.distribution.DataParallel(devices=devices).scope():
+            backbone = model_lib.bert_backbone(
+                "tiny", vocabulary, seq_length, 0.0, num_layers=1, hidden_dim=16, num_heads=2
+            )
+            model = model_lib.BertPretrainer(backbone)
+            initial = [np.asarray(w) for w in model.get_weights()]
+            model.compile(optimizer=keras.optimizers.SGD(1.0))
+            history = model.fit(
+                features,
+                labels,
+                sample_weight={
+                    "masked_lm": masked_lm_weights,
+                    "next_sentence": np.ones(batch, "float32"),
+                },
+                batch_size=batch,
+                epochs=1,
+                shuffle=False,
+                verbose=0,
+            )
+            final = [np.asarray(w) for w in model.get_weights()]
+        return initial, final, history.history["loss"][0]
+
+    initial, one_weights, one_loss = step(["cpu:0"], masked_lm_weights)
+    _, two_weights, two_loss = step(["cpu:0", "cpu:1"], masked_lm_weights)
+    _, per_device_mean, per_device_loss = step(["cpu:0"], per_device_weights)
+    return {
+        name: {"weights": [np.asarray(w).tolist() for w in values], "loss": float(loss)}
+        for name, values, loss in (
+            ("initial", initial, float("nan")),
+            ("one_device", one_weights, one_loss),
+            ("data_parallel", two_weights, two_loss),
+            ("per_device_mean", per_device_mean, per_device_loss),
+        )
+    }
+
+
+def image_runs(work_dir):
+    """The image recipe's small ResNet with LARS on ImageNet-format records, 4 steps of 8 images
+    with an evaluation at the end: on 1 device and on 2 (batch norm unsynchronized, the
+    default); and the message refusing ``model.sync_batch_norm=true`` on JAX."""
+    from keras_largebatch.vision import config as config_lib
+    from keras_largebatch.vision import train
+    from tests.support.imagenet_records import write_imagenet_records
+
+    labels = [1 + index % 10 for index in range(32)]  # 1-based, as in the TPU records
+    train_files = [
+        write_imagenet_records(os.path.join(work_dir, f"train-{shard}"), labels[shard::2])
+        for shard in range(2)
+    ]
+    eval_files = [write_imagenet_records(os.path.join(work_dir, "validation"), labels[:16])]
+
+    def load(name, *overrides):
+        return config_lib.load_config(
+            overrides=[
+                f"output_dir={os.path.join(work_dir, name)}",
+                "data.dataset=imagenet",
+                f"data.train_files={json.dumps(train_files)}",
+                f"data.eval_files={json.dumps(eval_files)}",
+                "data.num_train_examples=32",
+                "data.eval_batch_size=8",
+                "model.num_classes=10",
+                "model.image_size=24",
+                "phases.0.global_batch_size=8",
+                "phases.0.steps=4",
+                "phases.0.warmup_epochs=0.25",
+                "phases.0.peak_learning_rate=1.0",
+                "log_interval=2",
+                "checkpoint_interval=2",
+                "eval_interval=4",
+                "target_accuracy=null",
+                DATA_PARALLEL,
+                *overrides,
+            ]
+        )
+
+    results = {
+        "one_device": train.train(load("one_device", ONE_DEVICE), log=lambda line: None),
+        "data_parallel": train.train(load("data_parallel"), log=lambda line: None),
+    }
+    try:
+        load("refused", "model.sync_batch_norm=true")
+    except ValueError as error:
+        results["sync_batch_norm"] = str(error)
+    return results
+
+
+MODES = {"toy": toy_runs, "bert": bert_runs, "images": image_runs}
+
+
+def main(argv):
+    assert keras.backend.backend() == "jax", keras.backend.backend()
+    print(json.dumps(MODES[argv[0]](*argv[1:])))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
