@@ -3,7 +3,8 @@
 Each notebook runs in a Jupyter kernel of this interpreter (papermill's ``python3``), with
 ``SMOKE_TEST=True`` and its output directory injected after the parameters cell, as a user would
 run it with ``papermill -p SMOKE_TEST True``. On this CPU-only machine that takes the no-TPU
-fallback; the assertions read what the run wrote.
+fallback; the assertions read what the run wrote. The quickstart runs on both roads, the BERT
+notebook on its default, JAX.
 """
 
 import ast
@@ -72,9 +73,11 @@ def test_the_first_code_cell_holds_the_parameters(path):
     assert not any("import keras" in cell.source for cell in _code_cells(path)[:2])
 
 
-def test_the_bert_notebook_default_recipe_is_a_tpu_config():
-    config_file = _parameters(ROOT / "colab" / "pretrain_bert.ipynb")["CONFIG_FILE"]
+def test_the_bert_notebook_defaults_to_a_tpu_config_on_the_jax_road():
+    parameters = _parameters(ROOT / "colab" / "pretrain_bert.ipynb")
+    config_file = parameters["CONFIG_FILE"]
     assert (ROOT / config_file).is_file() and config_file.startswith("tpu_configs/")
+    assert parameters["ROAD"] == "jax"  # Colab's TPU runtimes ship JAX, not TensorFlow
 
 
 def _execute(path, tmp_path, **parameters):
@@ -118,12 +121,15 @@ def test_quickstart_trains_and_plots(road, tmp_path):
     assert plot.startswith(PNG_SIGNATURE) and len(plot) > 1000
 
 
-def test_pretrain_bert_runs_the_tiny_default_job(tmp_path):
+def test_pretrain_bert_runs_the_tiny_default_job_on_the_jax_road(tmp_path):
+    # Executed on its default road only, to keep the suite short: the harness's TensorFlow road
+    # is what tests/bert/test_pretrain.py runs, and the notebook's own TensorFlow branch is the
+    # few lines that find a TPU.
     output_dir = tmp_path / "run"
     printed = _execute(
         ROOT / "colab" / "pretrain_bert.ipynb",
         tmp_path,
-        ROAD="tensorflow",
+        ROAD="jax",
         CONFIG_FILE="tpu_configs/bert_tiny_default.yaml",
         OUTPUT_DIR=str(output_dir),
         DATA_DIR=str(tmp_path / "data"),
@@ -133,7 +139,15 @@ def test_pretrain_bert_runs_the_tiny_default_job(tmp_path):
     summary = json.loads((output_dir / "summary.json").read_text())
     configured_steps = sum(phase["steps"] for phase in run_config["phases"])
     assert summary["global_steps"] == configured_steps == 4
-    assert run_config["strategy"]["name"] == "auto" and summary["strategy"]["kind"] == "default"
+    assert run_config["strategy"] == {"name": "auto", "tpu": None, "devices": None}
+    # strategy.name=auto on JAX: DataParallel over every device JAX lists (the one CPU here).
+    assert (
+        summary["strategy"]["backend"] == "jax" and summary["strategy"]["kind"] == "data_parallel"
+    )
+    assert summary["strategy"]["num_replicas"] == 1
+    # SMOKE_TEST's batch of 8 on the CPU's one device: the derived accumulation is 1.
+    assert "global batch 8 = 1 replica x 8 examples x 1 accumulation step" in printed
+    assert [phase["gradient_accumulation_steps"] for phase in summary["phases"]] == [1]
     assert summary["model_size"] == "tiny" and summary["optimizer"] == "lamb"
     for window in ("initial", "final"):
         assert all(math.isfinite(value) for value in summary[window].values()), summary[window]

@@ -1,8 +1,10 @@
 """Every recipe in tpu_configs/ loads, names its source, and trains through its real command.
 
 Each recipe runs two optimizer steps on the CPU through `main` of the command its header names,
-with the sizes overridden (a tiny model, a small batch, local records written here) and
-everything else as the file has it: phases, schedules, optimizer, accumulation, exclusions.
+with the sizes overridden (a tiny model, a small batch and per-replica cap, local records written
+here) and everything else as the file has it: phases, schedules, optimizer, derived accumulation,
+exclusions. Every recipe's strategy settings are valid on both backends, so one file runs on the
+TensorFlow road and the JAX road.
 """
 
 import json
@@ -15,6 +17,7 @@ import yaml
 
 from keras_largebatch.bert import config as bert_config
 from keras_largebatch.bert import pretrain
+from keras_largebatch.training.devices import BACKENDS, check_strategy_config
 from keras_largebatch.vision import config as vision_config
 from keras_largebatch.vision import train
 from tests.support.bert_records import write_records
@@ -49,6 +52,29 @@ def test_bert_configs_load(name):
 @pytest.mark.parametrize("name", IMAGES)
 def test_image_configs_load(name):
     assert vision_config.load_config(str(CONFIGS / name)).phases
+
+
+def _load(name):
+    module = bert_config if name in BERT else vision_config
+    return module.load_config(str(CONFIGS / name))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("name", BERT + IMAGES)
+def test_the_strategy_runs_on_both_backends(name, backend):
+    strategy = _load(name).strategy
+    check_strategy_config(strategy, backend=backend)  # raises on a setting of the other backend
+    assert (strategy.name, strategy.tpu) == ("auto", None)
+    header = (CONFIGS / name).read_text().split("\noutput_dir:")[0]
+    # The header says what each road needs: KERAS_BACKEND=jax, or strategy.tpu on TensorFlow.
+    assert "KERAS_BACKEND=jax" in header and "strategy.tpu=" in header, name
+
+
+@pytest.mark.parametrize("name", BERT + IMAGES)
+def test_recipes_for_tpus_cap_the_per_replica_batch_instead_of_fixing_the_accumulation(name):
+    for phase in _load(name).phases:
+        assert phase.gradient_accumulation_steps is None
+        assert (phase.max_per_replica_batch_size is None) == (name == "bert_tiny_default.yaml")
 
 
 def test_the_tiny_default_is_the_empty_config():
@@ -101,23 +127,36 @@ def test_bert_config_trains_two_steps_through_the_command(name, bert_records, tm
         "checkpoint_interval=1",
         "steps_per_execution=1",
         "mixed_precision=null",  # bfloat16 is slow on CPUs; the TPU precision is not tested
-        "strategy.name=default",
-        "strategy.tpu=null",
     ]
+    accumulations = []
     for index, (phase, steps) in enumerate(zip(recipe.phases, _two_steps(len(recipe.phases)))):
-        # Accumulation stays on where the recipe has it, over 2 micro-batches of 2.
-        accumulation = min(phase.gradient_accumulation_steps, 2)
         overrides += [
             f"phases.{index}.seq_length=16",
             f"phases.{index}.max_predictions_per_seq=4",
-            f"phases.{index}.global_batch_size={2 * accumulation}",
-            f"phases.{index}.gradient_accumulation_steps={accumulation}",
             f"phases.{index}.steps={steps}",
             f"phases.{index}.warmup_steps=0",
             f"phases.{index}.input_files=['{bert_records}']",
         ]
+        if phase.max_per_replica_batch_size is None:
+            overrides.append(f"phases.{index}.global_batch_size=2")
+            accumulations.append(1)
+        else:
+            # A cap of 2 on the CPU's one replica: the command derives 2 micro-batches of 2.
+            overrides += [
+                f"phases.{index}.global_batch_size=4",
+                f"phases.{index}.max_per_replica_batch_size=2",
+            ]
+            accumulations.append(2)
     summary = _summary(pretrain.main, ["--config", str(CONFIGS / name), *overrides], capsys)
     assert summary["global_steps"] == 2
+    assert [
+        (
+            phase["num_replicas"],
+            phase["per_replica_batch_size"],
+            phase["gradient_accumulation_steps"],
+        )
+        for phase in summary["phases"]
+    ] == [(1, 2, accumulation) for accumulation in accumulations]
     assert sum(phase["steps"] for phase in summary["phases"]) == 2
     assert summary["optimizer"] == recipe.optimizer.name
     for key in pretrain.REPORTED_METRICS:
@@ -147,6 +186,7 @@ def test_image_config_trains_two_steps_through_the_command(name, image_records, 
         "model.num_classes=10",
         "model.image_size=24",
         "phases.0.global_batch_size=8",
+        "phases.0.max_per_replica_batch_size=4",  # the command derives 2 micro-batches of 4
         "phases.0.steps=2",
         "phases.0.warmup_epochs=0",
         "log_interval=1",
@@ -155,9 +195,10 @@ def test_image_config_trains_two_steps_through_the_command(name, image_records, 
         "steps_per_execution=1",
         "target_accuracy=null",
         "mixed_precision=null",
-        "strategy.name=default",
     ]
     summary = _summary(train.main, ["--config", str(CONFIGS / name), *overrides], capsys)
     assert summary["global_steps"] == 2
+    (phase,) = summary["phases"]
+    assert (phase["per_replica_batch_size"], phase["gradient_accumulation_steps"]) == (4, 2)
     assert np.isfinite(summary["final"]["loss"])
     assert [evaluation["global_step"] for evaluation in summary["evaluations"]] == [2]

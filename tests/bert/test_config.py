@@ -1,5 +1,6 @@
 """Pretraining config: defaults, YAML files, key=value overrides and their errors."""
 
+import copy
 import glob
 import os
 
@@ -193,13 +194,31 @@ def test_tpu_configs_hold_the_published_recipes():
         assert phase.steps * phase.global_batch_size == reference.steps * 32768
         assert phase.warmup_steps == reference.warmup_steps
         assert phase.peak_learning_rate == pytest.approx(5e-3 * (4096 / 32768) ** 0.5, rel=1e-3)
-    # A micro-batch of 64 examples per core at length 128 and 16 at 512 on 8 cores.
-    assert [p.micro_batch_size() // 8 for p in base.phases] == [64, 16]
+    # At most 64 examples per core at length 128 and 16 at 512: on 8 cores the command derives
+    # 8 and 32 micro-batches (of 512 and 128 examples), which steps_per_execution divides.
+    assert _split(base, 8) == [(64, 8), (16, 32)]
+    # The BERT-Large recipes at the same caps: the paper's 2,048 cores need no accumulation, a
+    # v3-8 host 64 and 256 micro-batches (32K), a 1,024-core slice 2 at length 512 (64K/32K).
+    assert _split(large_32k, 2048) == [(16, 1), (16, 1)]
+    assert _split(large_32k, 8) == [(64, 64), (16, 256)]
+    for name in ("bert_large_lamb_nvidia.yaml", "bert_large_lamb_64k_32k.yaml"):
+        assert _split(configs[name], 2048) == [(32, 1), (16, 1)]
+        assert _split(configs[name], 1024) == [(64, 1), (16, 2)]
     for config in configs.values():
-        assert config.strategy.name == "tpu"
+        assert config.strategy.name == "auto" and config.strategy.tpu is None
         assert config.mixed_precision == "mixed_bfloat16"
         assert config.model.max_sequence_length in (None, 512)
         assert config.optimizer.weight_decay == 0.01
+
+
+def _split(config, num_replicas):
+    """(examples per replica, gradient_accumulation_steps) of each phase of ``config`` on
+    ``num_replicas`` replicas, as `RunConfig.resolve` derives and validates them (on a copy)."""
+    resolved = copy.deepcopy(config).resolve(num_replicas)
+    return [
+        (phase.micro_batch_size() // num_replicas, phase.gradient_accumulation_steps)
+        for phase in resolved.phases
+    ]
 
 
 def test_default_records_need_a_local_output_dir():
