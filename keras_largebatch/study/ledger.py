@@ -98,14 +98,15 @@ def _drop_partial_last_line(path):
     return False
 
 
-def prepare(output_dir, settings, overwrite=False):
+def prepare(output_dir, settings, overwrite=False, report_files=()):
     """Makes ``output_dir`` ready for the study of ``settings`` (a dict of JSON values):
 
     - no ledger or settings there: writes the settings, returns [];
     - the same settings: returns the rows written so far, to be skipped;
-    - other settings, or a ledger without its settings file: raises `LedgerError`, unless
-      ``overwrite``: the ledger and settings files are then replaced (files the study does not
-      write are left alone).
+    - other settings, a ledger without its settings file, or (with no settings file) any of
+      ``report_files`` (names the study will write there): raises `LedgerError`, unless
+      ``overwrite``: the ledger and settings files are then replaced and the report files
+      will be (files the study does not write are left alone).
 
     Returns ``(rows, notes)``: the typed rows and lines that say what was done.
     """
@@ -114,6 +115,14 @@ def prepare(output_dir, settings, overwrite=False):
     settings_path = os.path.join(output_dir, SETTINGS)
     settings = json.loads(json.dumps(settings))
     notes = []
+    present = [name for name in report_files if os.path.exists(os.path.join(output_dir, name))]
+    if present and not os.path.exists(settings_path):
+        if not overwrite:
+            raise LedgerError(
+                f"{output_dir} holds {present} but no {SETTINGS}: the study would replace "
+                "files it did not write. Choose another output directory, or pass overwrite"
+            )
+        notes.append(f"overwrite: {present} in {output_dir} will be replaced")
     if os.path.exists(settings_path) or os.path.exists(ledger_path):
         stored = None
         if os.path.exists(settings_path):

@@ -15,6 +15,7 @@ from keras_largebatch.study import measures
 SUMMARY = "summary.md"
 ACCURACY_PLOT = "accuracy_vs_batch_size.png"
 STEPS_PLOT = "steps_to_target.png"
+FILES = (SUMMARY, ACCURACY_PLOT, STEPS_PLOT)
 
 
 class Cell(NamedTuple):
@@ -160,7 +161,7 @@ def plot_steps_to_target(rows, path, target_accuracy):
 def write_report(rows, output_dir, target_accuracy):
     """Writes `SUMMARY`, `ACCURACY_PLOT` and `STEPS_PLOT` into ``output_dir``; returns
     their paths."""
-    paths = [os.path.join(output_dir, name) for name in (SUMMARY, ACCURACY_PLOT, STEPS_PLOT)]
+    paths = [os.path.join(output_dir, name) for name in FILES]
     with open(paths[0], "w") as stream:
         stream.write(markdown_table(rows, target_accuracy))
     plot_accuracy(rows, paths[1])

@@ -39,7 +39,9 @@ def run_study(config, output_dir, overwrite=False, run_trial=None, measure_noise
     config.check_batch_sizes(len(data.train_images))
     run_trial = run_trial or _run_trial
     measure_noise_scale = measure_noise_scale or _measure_noise_scale
-    rows, notes = ledger.prepare(output_dir, config.settings(), overwrite)
+    rows, notes = ledger.prepare(
+        output_dir, config.settings(), overwrite, report_files=report.FILES
+    )
     for note in notes:
         _progress(note)
     if config.noise_scale_epochs and not any(row["kind"] == "noise_scale" for row in rows):

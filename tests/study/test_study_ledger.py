@@ -71,3 +71,16 @@ def test_a_csv_without_its_settings_is_not_taken_for_a_ledger(tmp_path):
     with pytest.raises(ledger.LedgerError, match="no study.json"):
         ledger.prepare(tmp_path, {"epochs": 2})
     assert (tmp_path / ledger.LEDGER).read_text() == "a,b\n1,2\n"
+
+
+def test_files_of_the_same_names_as_the_report_are_not_replaced_silently(tmp_path):
+    (tmp_path / "summary.md").write_text("mine")
+    with pytest.raises(ledger.LedgerError, match=r"\['summary.md'\] but no study.json"):
+        ledger.prepare(tmp_path, {"epochs": 2}, report_files=["summary.md", "plot.png"])
+    assert sorted(os.listdir(tmp_path)) == ["summary.md"]
+    rows, notes = ledger.prepare(
+        tmp_path, {"epochs": 2}, overwrite=True, report_files=["summary.md", "plot.png"]
+    )
+    assert rows == [] and "will be replaced" in notes[0]
+    # Once the study owns the directory, its own report is rewritten on resume.
+    assert ledger.prepare(tmp_path, {"epochs": 2}, report_files=["summary.md"]) == ([], [])
