@@ -97,6 +97,14 @@ def _save(figure, path):
     figure.savefig(path, dpi=100)
 
 
+def _batch_axis(axes, rows):
+    batch_sizes = sorted({cell.batch_size for cell in cells(rows)})
+    axes.set_xscale("log", base=2)
+    axes.set_xticks(batch_sizes, [str(size) for size in batch_sizes], rotation=45)
+    axes.minorticks_off()
+    axes.set_xlabel("batch size")
+
+
 def _mark_noise_scale(axes, rows):
     measured = noise_scale(rows)
     if measured is not None and math.isfinite(measured[0]) and measured[0] > 0:
@@ -114,8 +122,7 @@ def plot_accuracy(rows, path):
         if points:
             axes.plot(*zip(*points), marker="o", label=optimizer)
     _mark_noise_scale(axes, rows)
-    axes.set_xscale("log", base=2)
-    axes.set_xlabel("batch size")
+    _batch_axis(axes, rows)
     axes.set_ylabel("best test accuracy (equal search per point)")
     axes.grid(True, alpha=0.3)
     axes.legend()
@@ -148,9 +155,8 @@ def plot_steps_to_target(rows, path, target_accuracy):
             label="perfect scaling",
         )
     _mark_noise_scale(axes, rows)
-    axes.set_xscale("log", base=2)
     axes.set_yscale("log")
-    axes.set_xlabel("batch size")
+    _batch_axis(axes, rows)
     axes.set_ylabel(f"steps to test accuracy {target_accuracy:g}")
     axes.grid(True, which="both", alpha=0.3)
     axes.legend()
