@@ -9,11 +9,11 @@ import sys
 from keras_largebatch._logging import quiet_tensorflow_logs
 
 
-def _integers(text):
+def integer_list(text):
     return [int(item) for item in text.split(",") if item]
 
 
-def _names(text):
+def name_list(text):
     return [item for item in text.split(",") if item]
 
 
@@ -26,8 +26,8 @@ def parse_arguments(argv=None):
     )
     parser.add_argument("--preset", default="default", help="default, large or tiny")
     parser.add_argument("--output-dir", required=True, help="where the ledger and plots go")
-    parser.add_argument("--optimizers", type=_names, help="e.g. sgd_nesterov,adamw,lars,lamb")
-    parser.add_argument("--batch-sizes", type=_integers, help="ascending, e.g. 64,256,1024")
+    parser.add_argument("--optimizers", type=name_list, help="e.g. sgd_nesterov,adamw,lars,lamb")
+    parser.add_argument("--batch-sizes", type=integer_list, help="ascending, e.g. 64,256,1024")
     parser.add_argument("--epochs", type=int, help="epoch budget of every trial")
     parser.add_argument("--learning-rates-per-cell", type=int, help="k rates per cell")
     parser.add_argument("--target-accuracy", type=float, help="test accuracy to reach")
