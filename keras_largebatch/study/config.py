@@ -99,7 +99,7 @@ PRESETS = {
     "large": StudyConfig(
         batch_sizes=[64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768],
         learning_rates_per_cell=5,
-        learning_rate_ratio=2.5,
+        learning_rate_ratio=4.0,
         epochs=4,
         target_accuracy=0.87,
     ),
