@@ -37,6 +37,26 @@ def test_the_cache_is_filled_from_the_debian_files(tmp_path):
     assert (cache / "t10k-labels-idx1-ubyte.gz").read_bytes() == b"mine"
 
 
+def test_a_directory_of_idx_files_is_read_as_written(tmp_path):
+    arrays = write_fashion_mnist(tmp_path, num_train=30, num_test=20)
+    (train_x, train_y), (test_x, test_y) = fashion_mnist.read_directory(str(tmp_path))
+    assert train_x.shape == (30, 28, 28, 1) and test_x.shape == (20, 28, 28, 1)
+    np.testing.assert_array_equal(train_x[..., 0], arrays["train"][0])
+    np.testing.assert_array_equal(test_y, arrays["t10k"][1])
+    assert train_y.dtype == np.int64 and train_x.dtype == np.uint8
+    with gzip.open(tmp_path / "t10k-labels-idx1-ubyte.gz", "wb") as stream:
+        stream.write(bytes([0, 0, 8, 1]) + (20).to_bytes(4, "big") + bytes(19))
+    with pytest.raises(ValueError, match=r"holds 19 bytes after its header, its header says"):
+        fashion_mnist.read_directory(str(tmp_path))
+    with gzip.open(tmp_path / "t10k-labels-idx1-ubyte.gz", "wb") as stream:
+        stream.write(b"PK\x03\x04")
+    with pytest.raises(ValueError, match=r"is not a gzipped IDX file of uint8"):
+        fashion_mnist.read_directory(str(tmp_path))
+    os.remove(tmp_path / "train-images-idx3-ubyte.gz")
+    with pytest.raises(FileNotFoundError, match=r"\['train-images-idx3-ubyte.gz'\] are missing"):
+        fashion_mnist.read_directory(str(tmp_path))
+
+
 def test_without_the_data_the_error_says_how_to_get_it(tmp_path):
     with pytest.raises(
         FileNotFoundError,
