@@ -1,6 +1,7 @@
 """The whole study: check everything, measure the noise scale, run the trials the ledger does
 not hold yet, write the table and the plots."""
 
+import math
 import sys
 import time
 from typing import NamedTuple
@@ -44,17 +45,13 @@ def run_study(config, output_dir, overwrite=False, run_trial=None, measure_noise
     )
     for note in notes:
         _progress(note)
+    planned = grid.trials(config)
+    done = _finished_trials(rows, planned)
     if config.noise_scale_epochs and not any(row["kind"] == "noise_scale" for row in rows):
         _progress(f"measuring the gradient noise scale at batch {config.batch_sizes[0]}")
         row = measure_noise_scale(config, data)
         ledger.append_row(output_dir, row)
         _progress(f"B_simple = {row['gradient_noise_scale']:.4g} examples")
-    done = {
-        (row["optimizer"], row["batch_size"], row["learning_rate_index"])
-        for row in rows
-        if row["kind"] == "trial"
-    }
-    planned = grid.trials(config)
     pending = [trial for trial in planned if trial.key() not in done]
     if len(pending) < len(planned):
         _progress(f"resuming: {len(planned) - len(pending)} of {len(planned)} trials done")
@@ -76,6 +73,26 @@ def run_study(config, output_dir, overwrite=False, run_trial=None, measure_noise
     paths = report.write_report(rows, output_dir, config.target_accuracy)
     _progress(f"done: {len(pending)} trials trained; {', '.join(paths)}")
     return StudyOutcome(rows, len(pending), len(planned) - len(pending), paths)
+
+
+def _finished_trials(rows, planned):
+    """The keys of the trials ``rows`` hold. Raises `ledger.LedgerError` when a row's rate is
+    not the one the grid now gives it: the optimizers' start points changed since the ledger
+    was written, which its settings file does not record."""
+    rates = {trial.key(): trial.learning_rate for trial in planned}
+    done = set()
+    for row in rows:
+        if row["kind"] != "trial":
+            continue
+        key = (row["optimizer"], row["batch_size"], row["learning_rate_index"])
+        if key in rates and not math.isclose(row["learning_rate"], rates[key], rel_tol=1e-9):
+            raise ledger.LedgerError(
+                f"the ledger's trial {key} ran at learning rate {row['learning_rate']!r}, this "
+                f"study's grid gives {rates[key]!r}: the starting points changed; use another "
+                "output directory, or pass overwrite to start over"
+            )
+        done.add(key)
+    return done
 
 
 def _trial_result(row):

@@ -181,3 +181,23 @@ def test_the_command_names_the_bad_option_and_writes_nothing(tmp_path, capsys):
     assert command.main(["--output-dir", str(output_dir), "--batch-sizes", "64,0"]) == 2
     assert "batch_sizes must be in [1, inf], got 0" in capsys.readouterr().err
     assert not output_dir.exists()
+
+
+def test_a_ledger_from_other_starting_rates_is_refused_before_training(data_dir, tmp_path):
+    config = config_lib.preset("tiny", data_dir=data_dir, noise_scale_epochs=0.0)
+    ledger.prepare(str(tmp_path), config.settings())
+    first = grid.trials(config)[0]
+    ledger.append_row(
+        str(tmp_path),
+        {
+            "kind": "trial",
+            "optimizer": first.optimizer,
+            "batch_size": first.batch_size,
+            "learning_rate_index": first.learning_rate_index,
+            "learning_rate": 2 * first.learning_rate,
+            "diverged": False,
+        },
+    )
+    with pytest.raises(ledger.LedgerError, match=r"ran at learning rate .* grid gives"):
+        run_study(config, str(tmp_path), run_trial=_refuse, measure_noise_scale=_refuse)
+    assert len(ledger.read_rows(str(tmp_path))) == 1
