@@ -31,9 +31,8 @@ def train_dataset(data, batch_size, seed):
 
 def learning_rate_schedule(peak_learning_rate, total_steps, warmup_fraction):
     """Linear warmup over ``warmup_fraction`` of the steps, then linear decay to 0."""
+    # warmup_fraction < 1, so at least the last step decays.
     warmup_steps = math.floor(warmup_fraction * total_steps)
-    if warmup_steps >= total_steps:
-        warmup_steps = total_steps - 1
     return WarmupPolynomialDecay(peak_learning_rate, total_steps, warmup_steps)
 
 
@@ -48,7 +47,7 @@ def compile_model(optimizer, seed):
     return model
 
 
-def test_accuracy_and_loss(model, data):
+def evaluate_test_set(model, data):
     """Accuracy and mean cross-entropy of ``model`` on the test set."""
     # Called eagerly: a `predict` function per trial's model would be traced again each time.
     logits = np.concatenate(
@@ -85,7 +84,7 @@ class _Evaluations(keras.callbacks.Callback):
         if not math.isfinite(float(logs["loss"])):
             self._stop()
         elif self.steps_trained in self.steps:
-            accuracy, loss = test_accuracy_and_loss(self.model, self.data)
+            accuracy, loss = evaluate_test_set(self.model, self.data)
             if measures.is_diverged(loss, self.divergence_loss):
                 self._stop()
             else:
