@@ -7,6 +7,8 @@ package ``dataset-fashion-mnist`` (``/usr/share/datasets/fashion-mnist``, same f
 without either the error says how to get them, before any training.
 """
 
+import gzip
+import math
 import os
 import shutil
 
@@ -73,6 +75,41 @@ def load(source_dir=None):
     from its cache after `ensure_cached`."""
     ensure_cached(source_dir=source_dir)
     (train_x, train_y), (test_x, test_y) = keras.datasets.fashion_mnist.load_data()
+    return (
+        (train_x[..., None], train_y.astype(np.int64)),
+        (test_x[..., None], test_y.astype(np.int64)),
+    )
+
+
+def read_idx(path):
+    """The uint8 array of one gzipped IDX file, the format Fashion-MNIST ships in (LeCun et
+    al.'s MNIST format): bytes 0, 0, the element type 0x08 (uint8) and the rank, then one
+    big-endian int32 size per dimension, then the elements. Raises ValueError naming the file
+    when it is not such a file."""
+    with gzip.open(path, "rb") as stream:
+        data = stream.read()
+    if len(data) < 4 or data[:3] != bytes([0, 0, 8]):
+        raise ValueError(f"{path} is not a gzipped IDX file of uint8 (header {data[:4]!r})")
+    rank = data[3]
+    offset = 4 + 4 * rank
+    shape = tuple(int.from_bytes(data[4 + 4 * axis : 8 + 4 * axis], "big") for axis in range(rank))
+    if len(data) - offset != math.prod(shape):
+        raise ValueError(
+            f"{path} holds {len(data) - offset} bytes after its header, its header says "
+            f"{shape} = {math.prod(shape)}"
+        )
+    return np.frombuffer(data, np.uint8, offset=offset).reshape(shape)
+
+
+def read_directory(directory):
+    """`load`'s arrays, read from the four files (`FILES`) in ``directory``: the Keras cache,
+    the Debian package's directory, or any directory holding files of the same names and
+    format. Raises FileNotFoundError naming the missing files."""
+    missing = [name for name in FILES if not os.path.exists(os.path.join(directory, name))]
+    if missing:
+        raise FileNotFoundError(f"Fashion-MNIST files {missing} are missing from {directory}")
+    arrays = [read_idx(os.path.join(directory, name)) for name in FILES]
+    train_y, train_x, test_y, test_x = arrays
     return (
         (train_x[..., None], train_y.astype(np.int64)),
         (test_x[..., None], test_y.astype(np.int64)),

@@ -14,38 +14,15 @@ from keras_largebatch.vision import config as config_lib
 from keras_largebatch.vision import fashion_mnist
 from keras_largebatch.vision import train as train_lib
 from keras_largebatch.vision.recipe import ImageClassification
+from tests.support.fashion_mnist_files import write_fashion_mnist
 from tests.support.imagenet_records import write_imagenet_records
 from tests.support.runs import Interrupt, InterruptAfter, checkpoint_arrays
 
 REPOSITORY = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-def _write_idx(path, array):
-    """An IDX file as the Fashion-MNIST distribution ships it (LeCun et al.'s MNIST format):
-    magic number (0, 0, dtype 0x08 = uint8, rank), big-endian int32 sizes, the bytes; gzipped."""
-    header = bytes([0, 0, 8, array.ndim]) + b"".join(
-        int(size).to_bytes(4, "big") for size in array.shape
-    )
-    with gzip.open(path, "wb") as stream:
-        stream.write(header + array.astype(np.uint8).tobytes())
-
-
-def _write_fashion_mnist(directory, num_train=256, num_test=100):
-    """Tiny Fashion-MNIST files: class c has brightness 20 * c plus noise, so it is learnable."""
-    random = np.random.default_rng(0)
-    os.makedirs(directory, exist_ok=True)
-    arrays = {}
-    for split, count in (("train", num_train), ("t10k", num_test)):
-        labels = np.arange(count) % 10
-        images = 20 * labels[:, None, None] + random.integers(0, 40, (count, 28, 28))
-        _write_idx(os.path.join(directory, f"{split}-labels-idx1-ubyte.gz"), labels)
-        _write_idx(os.path.join(directory, f"{split}-images-idx3-ubyte.gz"), images)
-        arrays[split] = (images, labels)
-    return arrays
-
-
 def test_the_cache_is_filled_from_the_debian_files(tmp_path):
-    arrays = _write_fashion_mnist(tmp_path / "debian")
+    arrays = write_fashion_mnist(tmp_path / "debian")
     cache = tmp_path / "keras" / "datasets" / "fashion-mnist"
     (cache.parent).mkdir(parents=True)
     assert fashion_mnist.ensure_cached(str(cache), str(tmp_path / "debian")) == str(cache)
@@ -58,6 +35,26 @@ def test_the_cache_is_filled_from_the_debian_files(tmp_path):
     (cache / "t10k-labels-idx1-ubyte.gz").write_bytes(b"mine")
     fashion_mnist.ensure_cached(str(cache), str(tmp_path / "nowhere"))
     assert (cache / "t10k-labels-idx1-ubyte.gz").read_bytes() == b"mine"
+
+
+def test_a_directory_of_idx_files_is_read_as_written(tmp_path):
+    arrays = write_fashion_mnist(tmp_path, num_train=30, num_test=20)
+    (train_x, train_y), (test_x, test_y) = fashion_mnist.read_directory(str(tmp_path))
+    assert train_x.shape == (30, 28, 28, 1) and test_x.shape == (20, 28, 28, 1)
+    np.testing.assert_array_equal(train_x[..., 0], arrays["train"][0])
+    np.testing.assert_array_equal(test_y, arrays["t10k"][1])
+    assert train_y.dtype == np.int64 and train_x.dtype == np.uint8
+    with gzip.open(tmp_path / "t10k-labels-idx1-ubyte.gz", "wb") as stream:
+        stream.write(bytes([0, 0, 8, 1]) + (20).to_bytes(4, "big") + bytes(19))
+    with pytest.raises(ValueError, match=r"holds 19 bytes after its header, its header says"):
+        fashion_mnist.read_directory(str(tmp_path))
+    with gzip.open(tmp_path / "t10k-labels-idx1-ubyte.gz", "wb") as stream:
+        stream.write(b"PK\x03\x04")
+    with pytest.raises(ValueError, match=r"is not a gzipped IDX file of uint8"):
+        fashion_mnist.read_directory(str(tmp_path))
+    os.remove(tmp_path / "train-images-idx3-ubyte.gz")
+    with pytest.raises(FileNotFoundError, match=r"\['train-images-idx3-ubyte.gz'\] are missing"):
+        fashion_mnist.read_directory(str(tmp_path))
 
 
 def test_without_the_data_the_error_says_how_to_get_it(tmp_path):
@@ -89,7 +86,7 @@ def _command(tmp_path, *overrides):
 
 
 def test_the_command_trains_until_the_target_on_fashion_mnist_files(tmp_path):
-    _write_fashion_mnist(tmp_path / "keras" / "datasets" / "fashion-mnist")
+    write_fashion_mnist(tmp_path / "keras" / "datasets" / "fashion-mnist")
     finished = _command(
         tmp_path,
         "phases.0.global_batch_size=32",

@@ -1,0 +1,164 @@
+"""The study's ledger: one CSV row per finished trial, and the settings beside it.
+
+A row is appended and flushed to disk as soon as its trial ends, so a killed study loses at
+most the trial it was running; on start the rows say which trials to skip. A study resumed
+with other settings would mix two experiments in one table, so it is refused unless the
+caller asks to start over.
+"""
+
+import ast
+import csv
+import io
+import json
+import os
+
+LEDGER = "trials.csv"
+SETTINGS = "study.json"
+
+# Column -> how a CSV cell is read back ("" is None).
+COLUMNS = {
+    "kind": str,  # "trial", or "noise_scale" for the B_simple measurement
+    "optimizer": str,
+    "batch_size": int,
+    "learning_rate_index": int,  # position in the (optimizer, batch size) grid
+    "learning_rate": float,  # peak rate of the warmup + decay schedule
+    "scaling_rule": str,  # the rule that centred the grid
+    "total_steps": int,  # steps of the epoch budget
+    "steps_trained": int,  # fewer than total_steps when diverged
+    "final_test_accuracy": float,  # at the end of the budget; empty when diverged
+    "steps_to_target": int,  # first evaluated step at the target accuracy; empty: not reached
+    "diverged": lambda cell: cell == "True",
+    "test_accuracy_curve": ast.literal_eval,  # [(step, accuracy), ...] at each evaluation
+    "gradient_noise_scale": float,  # B_simple in examples (noise_scale rows)
+    "seconds": float,  # wall time of the row's training
+}
+
+
+class LedgerError(RuntimeError):
+    """The output directory holds a study that this one must not continue or overwrite."""
+
+
+def _format(value):
+    if value is None:
+        return ""
+    if isinstance(value, float):
+        return repr(value)
+    if isinstance(value, list):
+        return repr([tuple(item) for item in value])
+    return str(value)
+
+
+def _parse(row):
+    return {
+        column: (None if row[column] == "" else read(row[column]))
+        for column, read in COLUMNS.items()
+    }
+
+
+def read_rows(output_dir):
+    """The ledger's rows, typed (`COLUMNS`), or [] when there is none."""
+    path = os.path.join(output_dir, LEDGER)
+    if not os.path.exists(path):
+        return []
+    with open(path, newline="") as stream:
+        return [_parse(row) for row in csv.DictReader(stream)]
+
+
+def append_row(output_dir, row):
+    """Appends ``row`` (a dict over `COLUMNS`; missing columns are empty) and forces it to
+    disk, writing the header first into a new ledger."""
+    path = os.path.join(output_dir, LEDGER)
+    unknown = sorted(set(row) - set(COLUMNS))
+    if unknown:
+        raise ValueError(f"ledger rows have the columns {list(COLUMNS)}, got also {unknown}")
+    line = io.StringIO()
+    writer = csv.DictWriter(line, fieldnames=list(COLUMNS), lineterminator="\n")
+    if not os.path.exists(path):
+        writer.writeheader()
+    writer.writerow({column: _format(row.get(column)) for column in COLUMNS})
+    # One write of whole lines, so a kill leaves at most a partial last line.
+    with open(path, "a", newline="") as stream:
+        stream.write(line.getvalue())
+        stream.flush()
+        os.fsync(stream.fileno())
+
+
+def _drop_partial_last_line(path):
+    """A study killed while appending leaves a last line without its newline: dropped, so
+    the next row starts on a line of its own."""
+    with open(path, "rb") as stream:
+        content = stream.read()
+    if content and not content.endswith(b"\n"):
+        kept = content[: content.rfind(b"\n") + 1]
+        temporary = path + ".partial"
+        with open(temporary, "wb") as stream:
+            stream.write(kept)
+        os.replace(temporary, path)
+        return True
+    return False
+
+
+def prepare(output_dir, settings, overwrite=False, report_files=()):
+    """Makes ``output_dir`` ready for the study of ``settings`` (a dict of JSON values):
+
+    - no ledger or settings there: writes the settings, returns [];
+    - the same settings: returns the rows written so far, to be skipped;
+    - other settings, a ledger without its settings file, or (with no settings file) any of
+      ``report_files`` (names the study will write there): raises `LedgerError`, unless
+      ``overwrite``: the ledger and settings files are then replaced and the report files
+      will be (files the study does not write are left alone).
+
+    Returns ``(rows, notes)``: the typed rows and lines that say what was done.
+    """
+    os.makedirs(output_dir, exist_ok=True)
+    ledger_path = os.path.join(output_dir, LEDGER)
+    settings_path = os.path.join(output_dir, SETTINGS)
+    settings = json.loads(json.dumps(settings))
+    notes = []
+    present = [name for name in report_files if os.path.exists(os.path.join(output_dir, name))]
+    if present and not os.path.exists(settings_path):
+        if not overwrite:
+            raise LedgerError(
+                f"{output_dir} holds {present} but no {SETTINGS}: the study would replace "
+                "files it did not write. Choose another output directory, or pass overwrite"
+            )
+        notes.append(f"overwrite: {present} in {output_dir} will be replaced")
+    if os.path.exists(settings_path) or os.path.exists(ledger_path):
+        stored = None
+        if os.path.exists(settings_path):
+            with open(settings_path) as stream:
+                stored = json.load(stream)
+        if stored == settings:
+            if os.path.exists(ledger_path) and _drop_partial_last_line(ledger_path):
+                notes.append(f"dropped a partly written last row of {ledger_path}")
+            return read_rows(output_dir), notes
+        if not overwrite:
+            raise LedgerError(_mismatch(output_dir, stored, settings))
+        for path in (ledger_path, settings_path):
+            if os.path.exists(path):
+                os.remove(path)
+                notes.append(f"overwrite: removed {path}")
+    temporary = settings_path + ".partial"
+    with open(temporary, "w") as stream:
+        json.dump(settings, stream, indent=2)
+        stream.write("\n")
+    os.replace(temporary, settings_path)
+    return [], notes
+
+
+def _mismatch(output_dir, stored, settings):
+    if stored is None:
+        return (
+            f"{output_dir} holds {LEDGER} but no {SETTINGS}: not a ledger this study wrote. "
+            "Choose another output directory, or pass overwrite to replace it"
+        )
+    differences = ", ".join(
+        f"{key}: {stored.get(key)!r} there, {settings.get(key)!r} now"
+        for key in sorted(set(stored) | set(settings))
+        if stored.get(key) != settings.get(key)
+    )
+    return (
+        f"{output_dir} holds a study with other settings ({differences}); resuming would mix "
+        "two experiments. Use the same settings, another output directory, or pass "
+        "overwrite to start over there"
+    )
