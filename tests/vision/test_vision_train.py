@@ -256,7 +256,9 @@ def test_the_mlperf_recipes_load(name, batch, steps, peak, warmup, momentum, wei
     assert (phase.warmup_epochs, phase.end_learning_rate, phase.power) == (warmup, 1e-4, 2.0)
     assert (config.optimizer.momentum, config.optimizer.weight_decay) == (momentum, weight_decay)
     assert config.model.label_smoothing == 0.1 and config.target_accuracy == 0.759
-    assert config.data.dataset == "imagenet" and config.strategy.name == "tpu"
+    assert config.data.dataset == "imagenet" and config.strategy.name == "auto"
+    # A per-core cap, not a fixed accumulation: the command derives it for the cores present.
+    assert (phase.gradient_accumulation_steps, phase.max_per_replica_batch_size) == (None, 128)
 
 
 def test_lars_and_sgd_leave_batch_norm_and_biases_undecayed(records):
