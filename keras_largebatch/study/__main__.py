@@ -17,6 +17,14 @@ def name_list(text):
     return [item for item in text.split(",") if item]
 
 
+def rule_mapping(text):
+    """``lars=sqrt,sgd_nesterov=sqrt`` as a dict; the values are checked with the config."""
+    pairs = [item.partition("=") for item in text.split(",") if item]
+    if any(not name or not separator or not rule for name, separator, rule in pairs):
+        raise argparse.ArgumentTypeError(f"expected OPTIMIZER=RULE,..., got {text!r}")
+    return {name: rule for name, _, rule in pairs}
+
+
 def parse_arguments(argv=None):
     parser = argparse.ArgumentParser(
         prog="keras-largebatch-study",
@@ -28,6 +36,11 @@ def parse_arguments(argv=None):
     parser.add_argument("--output-dir", required=True, help="where the ledger and plots go")
     parser.add_argument("--optimizers", type=name_list, help="e.g. sgd_nesterov,adamw,lars,lamb")
     parser.add_argument("--batch-sizes", type=integer_list, help="ascending, e.g. 64,256,1024")
+    parser.add_argument(
+        "--scaling-rules",
+        type=rule_mapping,
+        help="replace the rule centring an optimizer's grid, e.g. lars=sqrt",
+    )
     parser.add_argument("--epochs", type=int, help="epoch budget of every trial")
     parser.add_argument("--learning-rates-per-cell", type=int, help="k rates per cell")
     parser.add_argument("--target-accuracy", type=float, help="test accuracy to reach")
@@ -52,6 +65,7 @@ def main(argv=None):
             arguments.preset,
             optimizers=arguments.optimizers,
             batch_sizes=arguments.batch_sizes,
+            scaling_rules=arguments.scaling_rules,
             epochs=arguments.epochs,
             learning_rates_per_cell=arguments.learning_rates_per_cell,
             target_accuracy=arguments.target_accuracy,

@@ -6,6 +6,7 @@ import math
 from typing import Optional
 
 from keras_largebatch import _checks
+from keras_largebatch.scaling import RULES
 from keras_largebatch.study.optimizers import OPTIMIZERS
 
 
@@ -17,6 +18,9 @@ class StudyConfig:
     batch_sizes: list[int] = dataclasses.field(
         default_factory=lambda: [64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384]
     )  # global batch sizes, ascending; the smallest also measures the noise scale
+    scaling_rules: dict[str, str] = dataclasses.field(
+        default_factory=dict
+    )  # optimizer -> "linear" or "sqrt", replacing the rule that centres its grid
     learning_rates_per_cell: int = 3  # k: rates tried per (optimizer, batch size), same for all
     learning_rate_ratio: float = 4.0  # ratio of neighbouring rates of the log grid
     epochs: int = 2  # epoch budget of every trial
@@ -59,6 +63,14 @@ class StudyConfig:
             raise ValueError(
                 f"batch_sizes must be ascending without repeats, got {self.batch_sizes!r}"
             )
+        if not isinstance(self.scaling_rules, dict):
+            raise TypeError(
+                "scaling_rules must be a mapping of optimizer names to scaling rules, "
+                f"got {self.scaling_rules!r}"
+            )
+        for name, rule in self.scaling_rules.items():
+            _checks.check_choice("scaling_rules", name, self.optimizers)
+            _checks.check_choice(f"scaling_rules[{name!r}]", rule, RULES)
         _checks.check_integer("learning_rates_per_cell", self.learning_rates_per_cell, low=1)
         _checks.check_number(
             "learning_rate_ratio", self.learning_rate_ratio, low=1.0, low_open=True

@@ -11,7 +11,7 @@ import tensorflow as tf
 from keras_largebatch.schedules import WarmupPolynomialDecay
 from keras_largebatch.study import measures
 from keras_largebatch.study.model import simple_cnn
-from keras_largebatch.study.optimizers import OPTIMIZERS, build_optimizer
+from keras_largebatch.study.optimizers import build_optimizer
 
 EVALUATION_BATCH_SIZE = 2000
 
@@ -127,7 +127,7 @@ def run_trial(trial, config, data):
         "batch_size": trial.batch_size,
         "learning_rate_index": trial.learning_rate_index,
         "learning_rate": trial.learning_rate,
-        "scaling_rule": OPTIMIZERS[trial.optimizer].scaling_rule,
+        "scaling_rule": trial.scaling_rule,
         "total_steps": total_steps,
         "steps_trained": evaluations.steps_trained,
         "final_test_accuracy": final_accuracy,

@@ -25,6 +25,21 @@ def test_the_grid_is_centred_on_the_scaled_rate():
         assert rates[("lamb", 64, index)] == pytest.approx(expected)
 
 
+def test_a_scaling_rule_given_for_an_optimizer_recentres_only_its_grids():
+    config = config_lib.preset(
+        "default", batch_sizes=[64, 1024], learning_rates_per_cell=3, scaling_rules={"lars": "sqrt"}
+    )
+    trials = {trial.key(): trial for trial in grid.trials(config)}
+    # LARS: 4.0 at batch 256 is 4.0 * sqrt(1024 / 256) = 8 at 1024 (linear would give 16).
+    assert OPTIMIZERS["lars"].base_learning_rate == 4.0
+    for index, expected in enumerate([2.0, 8.0, 32.0]):
+        assert trials[("lars", 1024, index)].learning_rate == pytest.approx(expected)
+        assert trials[("lars", 1024, index)].scaling_rule == "sqrt"
+    # SGD keeps its own (linear) rule.
+    assert trials[("sgd_nesterov", 1024, 1)].learning_rate == pytest.approx(0.4)
+    assert trials[("sgd_nesterov", 1024, 1)].scaling_rule == "linear"
+
+
 def test_every_cell_gets_the_same_number_of_rates():
     config = config_lib.preset("default", learning_rates_per_cell=4, learning_rate_ratio=2.0)
     trials = grid.trials(config)

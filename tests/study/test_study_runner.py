@@ -152,6 +152,16 @@ def _refuse(*arguments):
         ({"epochs": 1.5}, TypeError, r"epochs must be an integer, got 1.5"),
         ({"target_accuracy": 1.2}, ValueError, r"target_accuracy must be in \[0, 1\], got 1.2"),
         ({"train_examples": 1000}, ValueError, r"train_examples must be <= the 256 training"),
+        (
+            {"scaling_rules": {"lars": "cubic"}},
+            ValueError,
+            r"scaling_rules\['lars'\] must be one of \['sqrt', 'linear'\], got 'cubic'",
+        ),
+        (
+            {"optimizers": ["lamb"], "scaling_rules": {"lars": "sqrt"}},
+            ValueError,
+            r"scaling_rules must be one of \['lamb'\], got 'lars'",
+        ),
         ({"data_dir": "nowhere"}, FileNotFoundError, r"\['train-labels-idx1-ubyte.gz', .*nowhere"),
     ],
 )
@@ -180,6 +190,13 @@ def test_the_command_names_the_bad_option_and_writes_nothing(tmp_path, capsys):
     )
     assert command.main(["--output-dir", str(output_dir), "--batch-sizes", "64,0"]) == 2
     assert "batch_sizes must be in [1, inf], got 0" in capsys.readouterr().err
+    assert command.main(["--output-dir", str(output_dir), "--scaling-rules", "lars=cube"]) == 2
+    assert "scaling_rules['lars'] must be one of ['sqrt', 'linear'], got 'cube'" in (
+        capsys.readouterr().err
+    )
+    with pytest.raises(SystemExit):
+        command.main(["--output-dir", str(output_dir), "--scaling-rules", "lars"])
+    assert "expected OPTIMIZER=RULE" in capsys.readouterr().err
     assert not output_dir.exists()
 
 
