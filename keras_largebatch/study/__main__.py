@@ -58,7 +58,18 @@ def main(argv=None):
     quiet_tensorflow_logs()
     from keras_largebatch.study import config as config_lib
     from keras_largebatch.study.ledger import LedgerError
-    from keras_largebatch.study.runner import run_study
+
+    try:
+        from keras_largebatch.study.runner import run_study
+    except ModuleNotFoundError as error:
+        if (error.name or "").split(".")[0] != "matplotlib":
+            raise
+        print(
+            "error: the study draws its plots with matplotlib, which is not installed: "
+            "pip install 'keras-largebatch[study]'",
+            file=sys.stderr,
+        )
+        return 2
 
     try:
         config = config_lib.preset(

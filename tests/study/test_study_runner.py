@@ -4,6 +4,7 @@ after a kill, divergence in a real trial, and bad input refused before any train
 import csv
 import dataclasses
 import os
+import sys
 
 import matplotlib.image
 import numpy as np
@@ -180,6 +181,20 @@ def test_other_settings_in_the_same_directory_are_refused_before_training(data_d
     with pytest.raises(ledger.LedgerError, match=r"epochs: 2 there, 1 now"):
         run_study(config, str(tmp_path), run_trial=_refuse, measure_noise_scale=_refuse)
     assert sorted(os.listdir(tmp_path)) == [ledger.SETTINGS]
+
+
+def test_without_matplotlib_the_command_says_how_to_get_it(tmp_path, capsys, monkeypatch):
+    # As on an install without the study extra: importing matplotlib fails.
+    package = sys.modules["keras_largebatch.study"]
+    for name in ("runner", "report"):
+        monkeypatch.delitem(sys.modules, f"keras_largebatch.study.{name}")
+        monkeypatch.delattr(package, name)
+    for name in ("matplotlib.backends.backend_agg", "matplotlib.figure"):
+        monkeypatch.setitem(sys.modules, name, None)
+    output_dir = tmp_path / "study"
+    assert command.main(["--output-dir", str(output_dir)]) == 2
+    assert "pip install 'keras-largebatch[study]'" in capsys.readouterr().err
+    assert not output_dir.exists()
 
 
 def test_the_command_names_the_bad_option_and_writes_nothing(tmp_path, capsys):
