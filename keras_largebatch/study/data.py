@@ -30,10 +30,9 @@ def load(data_dir=None, train_examples=None):
                 f"{directory}, got {train_examples}"
             )
         train_x, train_y = train_x[:train_examples], train_y[:train_examples]
-    return StudyData(_normalize(train_x), train_y, _normalize(test_x), test_y)
-
-
-def _normalize(images):
-    return (
-        (images.astype(np.float32) - fashion_mnist.PIXEL_MEAN) / fashion_mnist.PIXEL_STDDEV
-    ).astype(np.float32)
+    return StudyData(
+        fashion_mnist.normalize_images(train_x).numpy(),
+        train_y,
+        fashion_mnist.normalize_images(test_x).numpy(),
+        test_y,
+    )

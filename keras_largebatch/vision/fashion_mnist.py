@@ -4,7 +4,8 @@
 (``$KERAS_HOME/datasets/fashion-mnist``, ``~/.keras`` by default) and downloads them when
 they are missing. Here nothing is downloaded: missing cache files are copied from the Debian
 package ``dataset-fashion-mnist`` (``/usr/share/datasets/fashion-mnist``, same file names), and
-without either the error says how to get them, before any training.
+without either the error says how to get them, before any training. The files are then read
+here (`read_directory`), from the cache or from any directory holding them.
 """
 
 import gzip
@@ -12,7 +13,6 @@ import math
 import os
 import shutil
 
-import keras
 import numpy as np
 import tensorflow as tf
 
@@ -71,14 +71,9 @@ def ensure_cached(cache_dir=None, source_dir=None):
 
 def load(source_dir=None):
     """``(train_images, train_labels), (test_images, test_labels)``: uint8 images of shape
-    ``(n, 28, 28, 1)`` and int64 labels in [0, 10), read by `keras.datasets.fashion_mnist`
-    from its cache after `ensure_cached`."""
-    ensure_cached(source_dir=source_dir)
-    (train_x, train_y), (test_x, test_y) = keras.datasets.fashion_mnist.load_data()
-    return (
-        (train_x[..., None], train_y.astype(np.int64)),
-        (test_x[..., None], test_y.astype(np.int64)),
-    )
+    ``(n, 28, 28, 1)`` and int64 labels in [0, 10), read from the Keras cache after
+    `ensure_cached`."""
+    return read_directory(ensure_cached(source_dir=source_dir))
 
 
 def read_idx(path):
@@ -117,5 +112,11 @@ def read_directory(directory):
 
 
 def normalize(images, labels):
-    """Maps uint8 images to float32 of zero mean and unit variance over the training set."""
-    return (tf.cast(images, tf.float32) - PIXEL_MEAN) / PIXEL_STDDEV, labels
+    """Maps uint8 images to float32 of zero mean and unit variance over the training set (a
+    `tf.data` map function; `normalize_images` on the images)."""
+    return normalize_images(images), labels
+
+
+def normalize_images(images):
+    """uint8 images as float32 of zero mean and unit variance over the training set."""
+    return (tf.cast(images, tf.float32) - PIXEL_MEAN) / PIXEL_STDDEV
