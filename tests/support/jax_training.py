@@ -27,6 +27,18 @@ ONE_DEVICE = "strategy.devices=['cpu:0']"
 DATA_PARALLEL = "strategy.name=data_parallel"
 
 
+class DevicesOfTheWeights(keras.callbacks.Callback):
+    """Records, at the end of each `fit`, how many devices hold the model's first weight: 2 only
+    when DataParallel was in force while the model trained (it replicates the weights)."""
+
+    def __init__(self):
+        super().__init__()
+        self.counts = []
+
+    def on_train_end(self, logs=None):
+        self.counts.append(len(self.model.trainable_variables[0].value.sharding.device_set))
+
+
 def toy_runs(work_dir):
     """The toy recipe (two phases of 6 steps at global batches 8 and 4, 2 micro-batches per
     step in the first): on 1 device, on 2, on 2 with the accumulation derived from
@@ -41,9 +53,14 @@ def toy_runs(work_dir):
 
     accumulate = "phases.0.gradient_accumulation_steps=2"
     lines = []
+    one_device, data_parallel = DevicesOfTheWeights(), DevicesOfTheWeights()
     results = {
-        "one_device": run("one_device", ONE_DEVICE, accumulate),
-        "data_parallel": run("data_parallel", accumulate, lines=lines),
+        "one_device": run("one_device", ONE_DEVICE, accumulate, callbacks=[one_device]),
+        "data_parallel": run("data_parallel", accumulate, callbacks=[data_parallel], lines=lines),
+        "devices_of_the_weights": {
+            "one_device": one_device.counts,
+            "data_parallel": data_parallel.counts,
+        },
         "derived": run(
             "derived",
             "phases.0.max_per_replica_batch_size=2",

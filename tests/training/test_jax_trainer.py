@@ -42,6 +42,8 @@ def test_two_devices_equal_one_device_with_accumulation(runs):
     assert data_parallel["strategy"]["devices"] == ["cpu:0", "cpu:1"]
     assert [p["gradient_accumulation_steps"] for p in data_parallel["phases"]] == [2, 1]
     assert data_parallel["global_steps"] == one_device["global_steps"] == 12
+    # Each phase's fit ran under the distribution: its weights were on both devices.
+    assert runs["devices_of_the_weights"] == {"one_device": [1, 1], "data_parallel": [2, 2]}
     _assert_arrays(data_parallel, one_device, rtol=1e-5, atol=1e-6)
 
 
