@@ -26,6 +26,7 @@ from keras_largebatch.distribute import (
     tf_config_num_workers,
 )
 from tests.support.multiworker import run_multi_worker
+from tests.support.regression import build_model
 
 TWO_WORKERS = json.dumps(
     {
@@ -398,15 +399,7 @@ def fit_tiny_model(strategy, global_batch_size=8, steps=3, learning_rate=0.1):
         .with_options(options)
     )
     with strategy.scope():
-        model = keras.Sequential(
-            [
-                keras.Input((3,)),
-                keras.layers.Dense(
-                    4, activation="tanh", kernel_initializer=keras.initializers.GlorotUniform(1)
-                ),
-                keras.layers.Dense(1, kernel_initializer=keras.initializers.GlorotUniform(2)),
-            ]
-        )
+        model = build_model(inputs=3, hidden=4, outputs=1, layer_norm=False)
         model.compile(optimizer=keras.optimizers.SGD(learning_rate), loss="mse")
     initial = model.get_weights()
     history = model.fit(dataset, epochs=1, steps_per_epoch=steps, verbose=0)

@@ -20,6 +20,7 @@ from keras_largebatch import LAMB, LARS
 from keras_largebatch.distribute import describe_strategy
 from tests.support.multiworker import run_multi_worker
 from tests.support.optimizer_cases import CONFIGS
+from tests.support.regression import build_model, regression_data
 
 OPTIMIZERS = {"LAMB": LAMB, "LARS": LARS}
 
@@ -34,28 +35,6 @@ CLIP_BINDS = {
 CLIPPED = sorted(CLIP_BINDS)
 
 
-def regression_data(count, seed=0):
-    rng = np.random.default_rng(seed)
-    features = rng.normal(size=(count, 6)).astype("float32")
-    targets = (features @ rng.normal(size=(6, 2)) + 0.1 * rng.normal(size=(count, 2))).astype(
-        "float32"
-    )
-    return features, targets
-
-
-def build_model():
-    return keras.Sequential(
-        [
-            keras.Input((6,)),
-            keras.layers.Dense(
-                16, activation="tanh", kernel_initializer=keras.initializers.GlorotUniform(1)
-            ),
-            keras.layers.LayerNormalization(),
-            keras.layers.Dense(2, kernel_initializer=keras.initializers.GlorotUniform(2)),
-        ]
-    )
-
-
 def train_model(strategy, config, global_batch_size=16, steps=4, accumulation=1, clip=True):
     """Train ``steps`` optimizer steps of ``global_batch_size`` examples.
 
@@ -67,7 +46,7 @@ def train_model(strategy, config, global_batch_size=16, steps=4, accumulation=1,
     name, kwargs = CONFIGS[config]
     if not clip:
         kwargs = {key: value for key, value in kwargs.items() if key != "global_clipnorm"}
-    features, targets = regression_data(global_batch_size * steps)
+    features, targets = regression_data(global_batch_size * steps, noise=0.1)
     options = tf.data.Options()
     options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
     dataset = (
@@ -177,7 +156,7 @@ def test_keras_clips_each_replica_share_and_we_clip_the_global_batch(single_devi
     # The same model and data; only where the clip happens differs. A tight clip makes every
     # step clip, so clipping each replica's half-batch gradient changes the result.
     def train(strategy, optimizer_factory):
-        features, targets = regression_data(64)
+        features, targets = regression_data(64, noise=0.1)
         with strategy.scope():
             model = build_model()
             model.compile(optimizer=optimizer_factory(), loss="mse")

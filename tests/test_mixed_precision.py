@@ -27,6 +27,7 @@ import tensorflow as tf
 
 from keras_largebatch import LAMB, LARS
 from tests.optimizers import reference
+from tests.support.regression import build_model, regression_data
 
 # reference.SHAPES holds (7,) and (): the default rule excludes them from decay and adaptation.
 DEFAULT_MASK = [True, False, True, False]
@@ -144,26 +145,6 @@ def test_direct_apply_skips_a_non_finite_step(name, accumulation, bad_value):
     assert int(inner.iterations.numpy()) == len(expected_ratios)
 
 
-def regression_data(batches, batch_size, seed=0):
-    rng = np.random.default_rng(seed)
-    features = rng.normal(size=(batches * batch_size, 6)).astype("float32")
-    targets = (features @ rng.normal(size=(6, 2))).astype("float32")
-    return features, targets
-
-
-def build_model():
-    return keras.Sequential(
-        [
-            keras.Input((6,)),
-            keras.layers.Dense(
-                16, activation="tanh", kernel_initializer=keras.initializers.GlorotUniform(1)
-            ),
-            keras.layers.LayerNormalization(),
-            keras.layers.Dense(2, kernel_initializer=keras.initializers.GlorotUniform(2)),
-        ]
-    )
-
-
 class RecordState(keras.callbacks.Callback):
     """Keeps the optimizer state and loss scale after every batch."""
 
@@ -222,7 +203,7 @@ def test_fit_skips_the_batch_that_overflows_float16(name, accumulation):
     batch_size = 8
     good_batches = 9 if accumulation else 5
     bad_at = 4 if accumulation else 2
-    features, targets = regression_data(good_batches, batch_size)
+    features, targets = regression_data(good_batches * batch_size)
     with_bad = insert_overflowing_batch(features, targets, batch_size, bad_at, row=3)
     model, recorder = fit_mixed_float16(name, *with_bad, batch_size, accumulation, INITIAL_SCALE)
 
@@ -341,7 +322,7 @@ def test_mirrored_skips_a_step_non_finite_on_one_replica_on_all_of_them(
 def test_mirrored_fit_skips_a_batch_that_overflows_on_one_replica(bad_replica):
     # Each replica gets one half of the global batch of 16, in order.
     batch_size, good_batches, bad_at, accumulation = 16, 6, 4, 3
-    features, targets = regression_data(good_batches, batch_size)
+    features, targets = regression_data(good_batches * batch_size)
     with_bad = insert_overflowing_batch(
         features, targets, batch_size, bad_at, row=3 + 8 * bad_replica
     )
@@ -404,7 +385,7 @@ class RecordLAMBState(keras.callbacks.Callback):
 @pytest.mark.parametrize("name", sorted(CONFIGS))
 def test_mixed_bfloat16_trains_with_float32_norms_and_slots(name):
     make_optimizer, _ = CONFIGS[name]
-    features, targets = regression_data(1, 32)
+    features, targets = regression_data(32)
     with dtype_policy("mixed_bfloat16"):
         model = build_model()
         model.compile(optimizer=make_optimizer(), loss="mse")

@@ -11,6 +11,8 @@ import numpy as np
 import pytest
 
 from keras_largebatch import LAMB, LARS
+from tests.support.regression import build_model, regression_data
+from tests.support.runs import Interrupt, InterruptAfter
 
 ACCUMULATION = 3
 BATCH_SIZE = 8
@@ -39,42 +41,12 @@ OPTIMIZERS = {
 }
 
 
-class Interrupted(Exception):
-    pass
-
-
-class InterruptAfter(keras.callbacks.Callback):
-    """Raises after ``micro_steps`` batches of the run, as a preempted job would stop."""
-
-    def __init__(self, micro_steps):
-        super().__init__()
-        self.micro_steps = micro_steps
-        self.seen = 0
-
-    def on_train_batch_end(self, batch, logs=None):
-        self.seen += 1
-        if self.seen == self.micro_steps:
-            raise Interrupted(f"stopped after micro-batch {self.seen}")
-
-
 def data():
-    rng = np.random.default_rng(0)
-    features = rng.normal(size=(BATCHES_PER_EPOCH * BATCH_SIZE, 6)).astype("float32")
-    targets = (features @ rng.normal(size=(6, 2))).astype("float32")
-    return features, targets
+    return regression_data(BATCHES_PER_EPOCH * BATCH_SIZE)
 
 
 def compiled_model(name):
-    model = keras.Sequential(
-        [
-            keras.Input((6,)),
-            keras.layers.Dense(
-                16, activation="tanh", kernel_initializer=keras.initializers.GlorotUniform(1)
-            ),
-            keras.layers.LayerNormalization(),
-            keras.layers.Dense(2, kernel_initializer=keras.initializers.GlorotUniform(2)),
-        ]
-    )
+    model = build_model()
     model.compile(optimizer=OPTIMIZERS[name](), loss="mse")
     return model
 
@@ -131,13 +103,13 @@ def test_backup_and_restore_resumes_mid_accumulation_bitwise(name, uninterrupted
     # up at epoch ends, and an epoch of 4 micro-batches ends mid-cycle (4 = 3 + 1).
     backup = keras.callbacks.BackupAndRestore(str(tmp_path / "backup"))
     interrupted = compiled_model(name)
-    with pytest.raises(Interrupted):
+    with pytest.raises(Interrupt):
         fit(interrupted, EPOCHS, callbacks=[backup, InterruptAfter(BATCHES_PER_EPOCH + 2)])
     assert int(interrupted.optimizer._iterations.numpy()) == BATCHES_PER_EPOCH + 2
 
     resumed = compiled_model(name)
     restore = keras.callbacks.BackupAndRestore(str(tmp_path / "backup"))
-    counter = InterruptAfter(micro_steps=-1)
+    counter = InterruptAfter(batches=-1)
     fit(resumed, EPOCHS, callbacks=[restore, counter])
     # It replayed only epochs 2 and 3 and finished where the uninterrupted run did.
     assert counter.seen == (EPOCHS - 1) * BATCHES_PER_EPOCH
@@ -148,7 +120,7 @@ def test_backup_and_restore_resumes_mid_accumulation_bitwise(name, uninterrupted
 @pytest.mark.parametrize("name", sorted(OPTIMIZERS))
 def test_save_and_load_model_resume_mid_accumulation_bitwise(name, uninterrupted, tmp_path):
     interrupted = compiled_model(name)
-    with pytest.raises(Interrupted):
+    with pytest.raises(Interrupt):
         fit(interrupted, EPOCHS, callbacks=[InterruptAfter(BATCHES_PER_EPOCH)])
     # Micro-batch 4 sits in the accumulators, waiting for 5 and 6 (the next epoch's first two).
     assert any(np.any(a.numpy() != 0) for a in interrupted.optimizer._accumulated_gradients)

@@ -20,6 +20,7 @@ import numpy as np
 
 from keras_largebatch import LAMB, LARS
 from tests.support.optimizer_cases import CONFIGS
+from tests.support.regression import build_model, regression_data
 
 GLOBAL_BATCH_SIZE = 16
 STEPS = 4
@@ -35,28 +36,13 @@ CASES = {
 }
 
 
-def build_model():
-    return keras.Sequential(
-        [
-            keras.Input((6,)),
-            keras.layers.Dense(
-                16, activation="tanh", kernel_initializer=keras.initializers.GlorotUniform(1)
-            ),
-            keras.layers.LayerNormalization(),
-            keras.layers.Dense(2, kernel_initializer=keras.initializers.GlorotUniform(2)),
-        ]
-    )
-
-
 def train(name, accumulation, distribution, clip=True):
     """``STEPS`` optimizer steps of ``GLOBAL_BATCH_SIZE`` examples, in micro-batches of
     ``GLOBAL_BATCH_SIZE / accumulation``; returns the run's record (see the module docstring)."""
     optimizer_class, kwargs = CASES[name]
     if not clip:
         kwargs = {key: value for key, value in kwargs.items() if key != "global_clipnorm"}
-    rng = np.random.default_rng(0)
-    features = rng.normal(size=(GLOBAL_BATCH_SIZE * STEPS, 6)).astype("float32")
-    targets = (features @ rng.normal(size=(6, 2))).astype("float32")
+    features, targets = regression_data(GLOBAL_BATCH_SIZE * STEPS)
     keras.distribution.set_distribution(distribution)
     try:
         model = build_model()

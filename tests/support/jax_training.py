@@ -1,7 +1,7 @@
 """Runs of the trainer on the JAX backend, on one device and under DataParallel over two.
 
 Run by tests/training/test_jax_trainer.py, tests/bert/test_pretrain_jax.py and
-tests/vision/test_vision_train_jax.py as
+tests/vision/test_train_jax.py as
 
     KERAS_BACKEND=jax XLA_FLAGS=--xla_force_host_platform_device_count=2 JAX_PLATFORMS=cpu \
         python -m tests.support.jax_training {toy,bert,images} WORK_DIR [RECORD_FILE]

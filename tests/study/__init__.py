@@ -1,0 +1,1 @@
+"""Tests of keras_largebatch.study: the batch-size study of the optimizers."""

@@ -1,0 +1,1 @@
+"""Tests of keras_largebatch.training: the harness that runs any recipe."""

@@ -1,0 +1,1 @@
+"""Tests of keras_largebatch.vision: the image classification recipe and its data."""
