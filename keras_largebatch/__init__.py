@@ -12,7 +12,7 @@ __version__ = "0.1.0"
 
 # Public name -> the module that defines it.
 _EXPORTS = {
-    "GradientNoiseScale": "keras_largebatch.noise_scale",
+    "GradientNoiseScale": "keras_largebatch.callbacks",
     "LAMB": "keras_largebatch.optimizers",
     "LARS": "keras_largebatch.optimizers",
     "LarsMLPerfSchedule": "keras_largebatch.schedules",

@@ -3,7 +3,7 @@
 import keras
 
 from keras_largebatch._checks import check_bool, check_integer, check_number
-from keras_largebatch.callbacks import _unwrap
+from keras_largebatch.callbacks._optimizer import unwrap
 from keras_largebatch.optimizers.base import LayerwiseAdaptiveOptimizer
 
 
@@ -84,7 +84,7 @@ class GradientNoiseScale(keras.callbacks.Callback):
         self.log_batches = check_bool("log_batches", log_batches)
 
     def on_train_begin(self, logs=None):
-        optimizer = _unwrap(self.model.optimizer)
+        optimizer = unwrap(self.model.optimizer)
         if not isinstance(optimizer, LayerwiseAdaptiveOptimizer):
             raise ValueError(
                 "GradientNoiseScale needs keras_largebatch's LAMB or LARS, which measure the "
@@ -96,7 +96,7 @@ class GradientNoiseScale(keras.callbacks.Callback):
 
     def _log(self, logs):
         if logs is not None:
-            logs["gradient_noise_scale"] = _unwrap(self.model.optimizer).gradient_noise_scale()
+            logs["gradient_noise_scale"] = unwrap(self.model.optimizer).gradient_noise_scale()
 
     def on_train_batch_end(self, batch, logs=None):
         if self.log_batches:
