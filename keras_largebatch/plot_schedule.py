@@ -1,6 +1,4 @@
-"""Plot a learning-rate schedule to a PNG, to check warmup and decay before a run.
-
-Command line (`keras-largebatch-plot-schedule`):
+"""The command `keras-largebatch-plot-schedule`: a learning-rate schedule to a PNG.
 
     keras-largebatch-plot-schedule lr.png --config phases.yaml
     keras-largebatch-plot-schedule lr.png --peak-learning-rate 6e-3 \\
@@ -10,102 +8,36 @@ Command line (`keras-largebatch-plot-schedule`):
 --config`, or just its `phases:` list; omitted phase fields take the pretraining defaults) or a
 serialized schedule (the output of `keras.optimizers.schedules.serialize`).
 
-Keras and the schedules are imported inside the functions, so that the command can quiet
+The plotting lives with the schedules, in `keras_largebatch.schedules.plot`. It is imported
+inside the functions (importing the schedules imports Keras), so that `main` quiets
 TensorFlow's start-up lines before TensorFlow is first imported.
 """
 
 import argparse
 
-import numpy as np
 import yaml
 
-from keras_largebatch._checks import check_integer, check_number
 from keras_largebatch._logging import quiet_tensorflow_logs
 
 
-def plot_schedule(schedule, output_path, total_steps=None, num_points=1000, title=None):
-    """Evaluates `schedule` on steps `0..total_steps` and writes a PNG plot.
+def plot_schedule(schedule, output_path, *args, **kwargs):
+    """`keras_largebatch.schedules.plot.plot_schedule` (same arguments and result)."""
+    from keras_largebatch.schedules import plot
 
-    Args:
-        schedule: a `LearningRateSchedule` (or any callable `step -> rate`).
-        output_path: the PNG file to write.
-        total_steps: the last step plotted. Defaults to the schedule's
-            `total_steps` attribute (the schedules of
-            `keras_largebatch.schedules` that have an end).
-        num_points: `>= 2`, how many steps are evaluated, evenly spaced; the
-            ends of warmup and phase boundaries are always included so that
-            peaks are drawn at their true height. Defaults to `1000`.
-        title: the plot's title. Defaults to the schedule's class name.
-
-    Returns:
-        `(steps, learning_rates)`, the plotted values as NumPy arrays.
-    """
-    if total_steps is None:
-        total_steps = getattr(schedule, "total_steps", None)
-        if total_steps is None:
-            raise ValueError(
-                f"total_steps is needed to plot a {type(schedule).__name__}, "
-                "which has no total_steps of its own"
-            )
-    check_number("total_steps", total_steps, low=0, low_open=True)
-    check_integer("num_points", num_points, low=2)
-    import keras
-
-    from keras_largebatch.schedules import MultiPhaseSchedule
-
-    steps = np.linspace(0, total_steps, num_points).round()
-    steps = np.unique(np.concatenate([steps, _corner_steps(schedule)]))
-    steps = steps[steps <= total_steps].astype(np.int64)
-    learning_rates = np.array(
-        [float(keras.ops.convert_to_numpy(schedule(int(step)))) for step in steps]
-    )
-
-    # Imported here so that importing the package does not need matplotlib,
-    # and with the Agg backend so that it works without a display.
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    figure, axes = plt.subplots(figsize=(8, 4.5))
-    axes.plot(steps, learning_rates)
-    if isinstance(schedule, MultiPhaseSchedule):
-        for start in schedule.phase_starts[1:]:
-            axes.axvline(start, color="grey", linestyle=":", linewidth=1)
-    axes.set_xlabel("step")
-    axes.set_ylabel("learning rate")
-    axes.set_title(title or type(schedule).__name__)
-    axes.grid(alpha=0.3)
-    figure.tight_layout()
-    figure.savefig(output_path, format="png", dpi=100)
-    plt.close(figure)
-    return steps, learning_rates
-
-
-def _corner_steps(schedule):
-    """Steps where the schedule peaks or restarts, which sampling could miss."""
-    from keras_largebatch.schedules import MultiPhaseSchedule
-
-    if isinstance(schedule, MultiPhaseSchedule):
-        return [
-            start + offset
-            for phase, start in zip(schedule.phases, schedule.phase_starts)
-            for offset in (0, phase["warmup_steps"], phase["steps"] - 1)
-        ]
-    warmup_steps = getattr(schedule, "warmup_steps", None)
-    return [] if warmup_steps is None else [warmup_steps]
+    return plot.plot_schedule(schedule, output_path, *args, **kwargs)
 
 
 def schedule_from_config(config):
-    """The schedule described by a loaded YAML/JSON config (see module doc).
+    """The schedule described by a loaded YAML/JSON config (see the module docstring).
 
     A serialized schedule is deserialized. Anything else is read as the pretraining command
-    reads its config (a bare ``phases:`` list is one), so phase defaults and data keys such as
-    ``seq_length`` give exactly the curve a pretraining run follows: one warmup and decay per
-    phase.
+    reads its config (`keras_largebatch.bert.config`; a bare ``phases:`` list is one), so phase
+    defaults and data keys such as ``seq_length`` give exactly the curve a pretraining run
+    follows: one warmup and decay per phase.
     """
     import keras
 
+    from keras_largebatch.bert.config import config_from_dict
     from keras_largebatch.schedules.multi_phase import (
         PHASE_DEFAULTS,
         PHASE_REQUIRED,
@@ -119,9 +51,6 @@ def schedule_from_config(config):
             "the config must hold a 'phases' list, a pretraining config or a serialized "
             f"schedule (a dict with 'class_name'), got {type(config).__name__}"
         )
-    # Imported here: the BERT recipe builds on the schedules, not the other way round.
-    from keras_largebatch.bert.config import config_from_dict
-
     schedule_keys = PHASE_REQUIRED + tuple(PHASE_DEFAULTS)
     phases = config_from_dict(config).phases
     return MultiPhaseSchedule(
