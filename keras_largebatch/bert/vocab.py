@@ -33,9 +33,9 @@ def build_vocabulary(
     Uses tensorflow-text's ``bert_vocab_from_dataset`` (the learner behind keras-hub's
     ``compute_word_piece_vocabulary``), offline. The special tokens come first, in the order
     ``[PAD]=0, [UNK]=1, [CLS]=2, [SEP]=3, [MASK]=4``. The learner keeps only word pieces seen at
-    least ``min_token_count`` times, so a small corpus yields fewer than ``vocabulary_size``
-    tokens (about 4,400 for the default corpus at 8,000); keras-hub's fixed threshold of 10 would
-    leave such a corpus with under 2,000.
+    least ``min_token_count`` times, so a small corpus, such as the default one, yields fewer
+    than ``vocabulary_size`` tokens; keras-hub's, which leaves tensorflow-text's threshold
+    (``lower_thresh``) at its default of 10, would leave such a corpus with far fewer.
 
     Args:
         sentences: a list of strings (any segmentation; sentences or lines).

@@ -22,7 +22,8 @@ def steps_to_target(evaluations, target_accuracy):
 
 
 def is_diverged(loss, divergence_loss):
-    """True when the training loss is not finite or above ``divergence_loss``."""
+    """True when ``loss``, a trial's test loss at an evaluation, is not finite or above
+    ``divergence_loss``."""
     return not math.isfinite(loss) or loss > divergence_loss
 
 
