@@ -1,4 +1,5 @@
-"""Quiet TensorFlow's C++ start-up lines in the package's commands and the test suite.
+"""The commands' output on stderr: TensorFlow's C++ start-up lines quieted (in the package's
+commands and the test suite), and one kind of progress line (`ProgressLog`).
 
 Importing TensorFlow prints notices that say nothing about the run: the oneDNN notice, the
 CUDA probing of a machine without a GPU ("Could not find cuda drivers", "Unable to register
@@ -13,6 +14,7 @@ off, which changes speed and round-off: not done here.
 import os
 import sys
 import tempfile
+import time
 
 # Substrings of the start-up lines that are dropped; every other line is written through.
 _START_UP_NOTICES = (
@@ -62,3 +64,23 @@ def quiet_tensorflow_logs():
                 "".join(line for line in lines if not any(n in line for n in _START_UP_NOTICES))
             )
             sys.stderr.flush()
+
+
+class ProgressLog:
+    """The progress lines of a command on stderr: ``[name] line``, or with ``elapsed``
+    ``[name   12.3s] line``, stamped with the seconds since the log was made; ``enabled=False``
+    drops every line. Called with one line at a time."""
+
+    def __init__(self, name, elapsed=False, enabled=True):
+        self.name = name
+        self.elapsed = elapsed
+        self.enabled = enabled
+        self.start_time = time.perf_counter()
+
+    def __call__(self, line):
+        if not self.enabled:
+            return
+        prefix = self.name
+        if self.elapsed:
+            prefix = f"{prefix} {time.perf_counter() - self.start_time:6.1f}s"
+        print(f"[{prefix}] {line}", file=sys.stderr, flush=True)

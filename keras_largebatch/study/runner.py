@@ -2,10 +2,10 @@
 not hold yet, write the table and the plots."""
 
 import math
-import sys
 import time
 from typing import NamedTuple
 
+from keras_largebatch._logging import ProgressLog
 from keras_largebatch.study import data as data_lib
 from keras_largebatch.study import grid, ledger, report
 from keras_largebatch.study.noise import measure_noise_scale as _measure_noise_scale
@@ -106,5 +106,4 @@ def _trial_result(row):
     )
 
 
-def _progress(line):
-    print(f"[study] {line}", file=sys.stderr, flush=True)
+_progress = ProgressLog("study")
