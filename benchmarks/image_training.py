@@ -22,6 +22,7 @@ import numpy as np
 import tensorflow as tf
 from throughput import median_items_per_second
 
+from keras_largebatch.training.plan import plan_run
 from keras_largebatch.vision import config as config_lib
 from keras_largebatch.vision import imagenet_records, input_pipeline
 from keras_largebatch.vision.recipe import ImageClassification
@@ -78,9 +79,10 @@ def training_images_per_second(pattern, args):
         ]
     )
     recipe = ImageClassification(config)
+    phase = plan_run(config, num_replicas=1).phases[0]
     model = recipe.build_model()
-    model.compile(optimizer=recipe.build_optimizer(0, model), **recipe.compile_arguments(0))
-    dataset = recipe.dataset(0, args.batch_size, None, shuffle_seed=0)
+    model.compile(optimizer=recipe.build_optimizer(phase, model), **recipe.compile_arguments(phase))
+    dataset = recipe.dataset(phase, args.batch_size, None, shuffle_seed=0)
     # The first call traces and compiles the step; it is not timed.
     model.fit(dataset, epochs=1, steps_per_epoch=1, verbose=0, shuffle=False)
     rates = []

@@ -12,7 +12,7 @@ import argparse
 
 from throughput import median_items_per_second
 
-from keras_largebatch.bert import create_data, input_pipeline
+from keras_largebatch.bert import input_pipeline, pretraining_data
 
 
 def measure_examples_per_second(
@@ -57,7 +57,7 @@ def main(argv=None):
     )
     args = parser.parse_args(argv)
     data_dir = args.data_dir + ("-dynamic" if args.dynamic_masking else "")
-    data = create_data.create_default_pretraining_data(
+    data = pretraining_data.create_default_pretraining_data(
         data_dir, dynamic_masking=args.dynamic_masking
     )
     rate = measure_examples_per_second(

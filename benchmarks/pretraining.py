@@ -28,10 +28,11 @@ import keras
 import tensorflow as tf
 
 from keras_largebatch.bert import config as config_lib
-from keras_largebatch.bert import create_data
+from keras_largebatch.bert import pretraining_data
 from keras_largebatch.bert.recipe import BertPretraining
 from keras_largebatch.training import trainer
 from keras_largebatch.training.devices import TensorFlowDevices
+from keras_largebatch.training.plan import plan_run
 
 
 def _recipe(
@@ -42,7 +43,8 @@ def _recipe(
     optimizer_name="lamb",
     deterministic=True,
 ):
-    """The pretraining command's recipe for one phase at sequence length 128 on the records."""
+    """The pretraining command's recipe for one phase at sequence length 128 on the records,
+    and the plan of that phase on one replica."""
     config = config_lib.load_config(
         overrides=[
             f"model.size={model_size or 'tiny'}",
@@ -55,8 +57,9 @@ def _recipe(
         ]
     )
     recipe = BertPretraining(config)
-    recipe.prepare(log=lambda line: None)
-    return recipe
+    plan = plan_run(config, num_replicas=1)
+    recipe.prepare(plan, log=lambda line: None)
+    return recipe, plan.phases[0]
 
 
 def measure_training(model_size, batch_size, record_files, vocab_file, steps, rounds):
@@ -64,11 +67,11 @@ def measure_training(model_size, batch_size, record_files, vocab_file, steps, ro
     devices = TensorFlowDevices(tf.distribute.get_strategy())
     models = {}
     for name in ("lamb", "adamw"):
-        recipe = _recipe(record_files, vocab_file, model_size, batch_size, name)
+        recipe, phase = _recipe(record_files, vocab_file, model_size, batch_size, name)
         keras.utils.set_random_seed(0)
         model = recipe.build_model()
-        model.compile(optimizer=recipe.build_optimizer(0, model))
-        dataset = trainer.make_phase_dataset(devices, recipe, 0, recipe.config.phases[0])
+        model.compile(optimizer=recipe.build_optimizer(phase, model))
+        dataset = trainer.make_phase_dataset(devices, recipe, phase)
         # The first fit traces and compiles the train function; it is not timed.
         model.fit(dataset, epochs=1, steps_per_epoch=2, verbose=0, shuffle=False)
         models[name] = (model, dataset)
@@ -83,9 +86,11 @@ def measure_training(model_size, batch_size, record_files, vocab_file, steps, ro
 
 def measure_pipeline(record_files, vocab_file, batch_size, batches, deterministic):
     """Examples/s of the phase dataset with nothing consuming it (median of 5 rounds)."""
-    recipe = _recipe(record_files, vocab_file, batch_size=batch_size, deterministic=deterministic)
+    recipe, phase = _recipe(
+        record_files, vocab_file, batch_size=batch_size, deterministic=deterministic
+    )
     dataset = trainer.make_phase_dataset(
-        TensorFlowDevices(tf.distribute.get_strategy()), recipe, 0, recipe.config.phases[0]
+        TensorFlowDevices(tf.distribute.get_strategy()), recipe, phase
     )
     iterator = iter(dataset)
     for _ in range(20):
@@ -113,7 +118,7 @@ def main(argv=None):
     parser.add_argument("--steps", type=int, default=10, help="steps per timed round")
     parser.add_argument("--rounds", type=int, default=3, help="timed rounds per optimizer")
     args = parser.parse_args(argv)
-    data = create_data.create_default_pretraining_data(args.data_dir)
+    data = pretraining_data.create_default_pretraining_data(args.data_dir)
     files = list(data.record_files)
     training = measure_training(
         args.model_size, args.batch_size, files, data.vocab_file, args.steps, args.rounds

@@ -94,3 +94,35 @@ def check_choice(argument, value, allowed):
     if value not in allowed:
         raise ValueError(f"{argument} must be one of {list(allowed)}, got {value!r}")
     return value
+
+
+def check_warmup_decay(
+    peak_learning_rate,
+    warmup_steps,
+    total_steps,
+    end_learning_rate,
+    power,
+    key="",
+    warmup_name="warmup_steps",
+    total_name="total_steps",
+):
+    """Checks the settings of a linear warmup then polynomial decay
+    (`keras_largebatch.schedules.warmup_polynomial_decay`): the schedules' own arguments and
+    the run configs' phases alike. ``key`` prefixes the rates' and the power's names (e.g.
+    ``phases.0.``); ``warmup_name`` and ``total_name`` are the full names of the warmup and the
+    total steps in the messages."""
+    check_number(f"{key}peak_learning_rate", peak_learning_rate, low=0, low_open=True)
+    check_number(total_name, total_steps, low=0, low_open=True)
+    check_number(warmup_name, warmup_steps, low=0)
+    check_number(f"{key}power", power, low=0, low_open=True)
+    check_number(f"{key}end_learning_rate", end_learning_rate)
+    if not warmup_steps < total_steps:
+        raise ValueError(
+            f"{warmup_name} must be < {total_name}={total_steps} (the decay needs at least one "
+            f"step), got {warmup_name}={warmup_steps} >= {total_name}={total_steps}"
+        )
+    if not 0 <= end_learning_rate <= peak_learning_rate:
+        raise ValueError(
+            f"{key}end_learning_rate must be in [0, peak_learning_rate={peak_learning_rate}], "
+            f"got {end_learning_rate}"
+        )

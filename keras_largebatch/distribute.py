@@ -31,9 +31,9 @@ import urllib.parse
 
 import tensorflow as tf
 
+from keras_largebatch._backend import TENSORFLOW_STRATEGY_NAMES as STRATEGY_NAMES
 from keras_largebatch._checks import check_choice, check_integer, check_number, check_string
 
-STRATEGY_NAMES = ("auto", "tpu", "multi_worker", "mirrored", "one_device", "default")
 COMMUNICATION_NAMES = ("auto", "ring", "nccl")
 
 # TF_CONFIG job names that MultiWorkerMirroredStrategy trains with; an "evaluator" task may
@@ -289,8 +289,8 @@ def configure_logical_cpus(num_devices):
 class _MultiWorkerMirroredStrategy(tf.distribute.MultiWorkerMirroredStrategy):
     """MultiWorkerMirroredStrategy whose `reduce` accepts the calls Keras 3's `model.fit` makes.
 
-    Without this, `model.fit` does not run under MultiWorkerMirroredStrategy at all (keras
-    issue 20585, open on keras 3.15 / TF 2.21), because of three `reduce` calls:
+    Without this, `model.fit` does not run under MultiWorkerMirroredStrategy at all
+    (keras-team/keras issue #20585), because of three `reduce` calls:
     - the first batch, an `(x, y)` tuple, is reduced in one call, but the stock strategy
       reduces only a single value across workers ("Attempt to convert a value (PerReplica...)");
     - the per-step logs (scalar losses and metrics) are reduced with `axis=0`, which is out

@@ -1,8 +1,8 @@
 """Configuration of a BERT pretraining run: dataclasses, YAML loading and ``key=value`` overrides.
 
 A run is one `PretrainConfig`. Every field has a default, so an empty config is the embedded
-default job (BERT-tiny with LAMB on the default corpus, a few minutes on 2 CPU cores). A YAML
-file sets any subset of the fields with the same nesting::
+default job (BERT-tiny with LAMB on the default corpus, sized for a CPU). A YAML file sets any
+subset of the fields with the same nesting::
 
     model:
       size: large
@@ -23,15 +23,18 @@ import dataclasses
 from typing import Optional
 
 from keras_largebatch import _checks
-from keras_largebatch.bert import pretraining_data, records
-from keras_largebatch.bert.model import MODEL_SIZES
 from keras_largebatch.training import config as training_config
 from keras_largebatch.training.config import MIXED_PRECISION_POLICIES, StrategyConfig
 
 __all__ = [
     "BERT_EXCLUSIONS",
+    "DEFAULT_CORPUS_DUPE_FACTOR",
+    "DEFAULT_MAX_PREDICTIONS_PER_SEQ",
+    "DEFAULT_MAX_SEQ_LENGTH",
+    "DEFAULT_SEED",
     "DataConfig",
     "MIXED_PRECISION_POLICIES",
+    "MODEL_SIZES",
     "ModelConfig",
     "OPTIMIZER_NAMES",
     "OptimizerConfig",
@@ -44,9 +47,27 @@ __all__ = [
 ]
 
 OPTIMIZER_NAMES = ("lamb", "adamw")
+# google-research/bert's released sizes (its README, "BERT-Tiny" to "BERT-Large"); intermediate
+# = 4 x hidden.
+MODEL_SIZES = {
+    "tiny": {"num_layers": 2, "hidden_dim": 128, "num_heads": 2},
+    "mini": {"num_layers": 4, "hidden_dim": 256, "num_heads": 4},
+    "small": {"num_layers": 4, "hidden_dim": 512, "num_heads": 8},
+    "medium": {"num_layers": 8, "hidden_dim": 512, "num_heads": 8},
+    "base": {"num_layers": 12, "hidden_dim": 768, "num_heads": 12},
+    "large": {"num_layers": 24, "hidden_dim": 1024, "num_heads": 16},
+}
+# google-research/bert's defaults for --max_seq_length, --max_predictions_per_seq and
+# --random_seed, which data creation (`keras_largebatch.bert.pretraining_data`) shares.
+DEFAULT_MAX_SEQ_LENGTH = 128
+DEFAULT_MAX_PREDICTIONS_PER_SEQ = 20
+DEFAULT_SEED = 12345
+# Passes over the default corpus: enough instances for the default job to read each only a few
+# times (the manifest of the records says how many there are).
+DEFAULT_CORPUS_DUPE_FACTOR = 5
 # BertBackbone's paths: "embeddings_layer_norm/gamma", ".../self_attention_layer_norm/beta",
 # "mlm_head/intermediate_layer_norm/gamma", ".../query/bias" (rank 2, so a rank rule would miss
-# it), "mlm_head/output_bias". tests/bert/test_model.py checks these against a real backbone.
+# it), "mlm_head/output_bias".
 BERT_EXCLUSIONS = ("layer_norm", "bias")
 
 
@@ -80,36 +101,33 @@ class PhaseConfig(training_config.PhaseConfig):
     optimizer whose rate warms up again from 0 (the LAMB 64K/32K mixed-batch run).
     """
 
-    seq_length: int = records.DEFAULT_MAX_SEQ_LENGTH  # tokens per example (the records')
-    max_predictions_per_seq: int = records.DEFAULT_MAX_PREDICTIONS_PER_SEQ  # masked positions
+    seq_length: int = DEFAULT_MAX_SEQ_LENGTH  # tokens per example (the records')
+    max_predictions_per_seq: int = DEFAULT_MAX_PREDICTIONS_PER_SEQ  # masked positions
     peak_learning_rate: float = 1.0e-2  # rate at the end of warmup
     warmup_steps: int = 60  # linear warmup from 0, in optimizer steps
     end_learning_rate: float = 0.0  # rate at the end of the polynomial decay
     power: float = 1.0  # decay power (1.0 in the LAMB paper, 0.5 in NVIDIA's recipe)
     input_files: Optional[list[str]] = None  # record globs; None: the default corpus's records
 
-    def validate(self, key, run):
+    def validate(self, key):
         _checks.check_integer(f"{key}.seq_length", self.seq_length, low=5)
         if not 1 <= self.max_predictions_per_seq <= self.seq_length:
             raise ValueError(
                 f"{key}.max_predictions_per_seq must be in [1, {key}.seq_length="
                 f"{self.seq_length}], got {self.max_predictions_per_seq}"
             )
-        super().validate(key, run)
+        super().validate(key)
         _checks.check_integer(f"{key}.warmup_steps", self.warmup_steps, low=0)
-        if not self.warmup_steps < self.steps:
-            raise ValueError(
-                f"{key}.warmup_steps must be < {key}.steps={self.steps}, got {self.warmup_steps}"
-            )
-        _checks.check_number(
-            f"{key}.peak_learning_rate", self.peak_learning_rate, low=0, low_open=True
+        _checks.check_warmup_decay(
+            self.peak_learning_rate,
+            self.warmup_steps,
+            self.steps,
+            self.end_learning_rate,
+            self.power,
+            key=f"{key}.",
+            warmup_name=f"{key}.warmup_steps",
+            total_name=f"{key}.steps",
         )
-        if not 0 <= self.end_learning_rate <= self.peak_learning_rate:
-            raise ValueError(
-                f"{key}.end_learning_rate must be in [0, peak_learning_rate="
-                f"{self.peak_learning_rate}], got {self.end_learning_rate}"
-            )
-        _checks.check_number(f"{key}.power", self.power, low=0, low_open=True)
         if self.input_files is not None and not self.input_files:
             raise ValueError(f"{key}.input_files must be null or name at least one pattern, got []")
 
@@ -138,10 +156,10 @@ class DataConfig:
 
     vocab_file: Optional[str] = None  # vocabulary of the records; None: the default corpus's
     vocabulary_size: int = 8000  # most tokens of the default corpus's built vocabulary
-    dupe_factor: int = pretraining_data.DEFAULT_CORPUS_DUPE_FACTOR  # passes over the corpus
+    dupe_factor: int = DEFAULT_CORPUS_DUPE_FACTOR  # passes over the corpus
     deterministic: bool = True  # fixed read order: exact resume; False: parallel, reseeded
     shuffle_buffer_size: int = 10000  # examples in the shuffle buffer (deterministic=False)
-    seed: int = pretraining_data.DEFAULT_SEED  # seed of the default records and the shuffle
+    seed: int = DEFAULT_SEED  # seed of the default records and the shuffle
 
 
 @dataclasses.dataclass
@@ -197,15 +215,6 @@ class PretrainConfig(training_config.RunConfig):
                     f"be created under output_dir {self.output_dir!r}, which must then be local; "
                     f"give phases.{index}.input_files for a remote output_dir"
                 )
-            if optimizer.name == "adamw" and phase.accumulation_steps() > 1:
-                # Keras's optimizers evaluate the schedule at the micro-batch counter, so
-                # AdamW's warmup and decay would run gradient_accumulation_steps times too
-                # fast; keras_largebatch.LAMB counts optimizer steps.
-                raise ValueError(
-                    f"phases.{index}.gradient_accumulation_steps="
-                    f"{phase.gradient_accumulation_steps} needs optimizer.name='lamb'; "
-                    "Keras's AdamW advances its learning-rate schedule per micro-batch"
-                )
         longest = max(phase.seq_length for phase in self.phases)
         if self.model.max_sequence_length is not None and self.model.max_sequence_length < longest:
             raise ValueError(
@@ -213,6 +222,12 @@ class PretrainConfig(training_config.RunConfig):
                 f"got {self.model.max_sequence_length}"
             )
         return self
+
+    def check_accumulation(self, key, phase, accumulation_steps):
+        super().check_accumulation(key, phase, accumulation_steps)
+        training_config.check_baseline_accumulation(
+            key, accumulation_steps, self.optimizer.name, layerwise="lamb"
+        )
 
 
 def config_from_dict(values, key="config"):

@@ -1,75 +1,42 @@
 """Raw text to BERT pretraining TFRecords: the ``keras-largebatch-create-data`` command.
 
-The work is done by the library modules, whose public names are importable from here too:
+    python -m keras_largebatch.bert.create_data --input_files 'corpus/*.txt' --output_dir data
 
-* ``instances``: text files to documents, documents to sentence-pair instances.
-* ``masking``: the masked-LM rule, shared with the input pipeline's dynamic masking.
-* ``records``: the record schema, shared with the input pipeline's checker and parser.
-* ``instance_tasks``: instance creation as fixed seeded tasks, inline or in worker processes.
-* ``pretraining_data``: the output directory, shards and manifest (``create_pretraining_data``,
-  ``create_default_pretraining_data``).
+The command parses its arguments and calls the library, whose modules are imported where they
+are used, so that `main` can quiet TensorFlow's start-up lines before anything imports it:
+
+* `keras_largebatch.bert.pretraining_data`: the output directory, shards and manifest
+  (``create_pretraining_data``, ``create_default_pretraining_data``).
+* `keras_largebatch.bert.instances`: text files to documents, documents to sentence-pair
+  instances.
+* `keras_largebatch.bert.instance_tasks`: instance creation as fixed seeded tasks, inline or in
+  worker processes.
+* `keras_largebatch.bert.masking`: the masked-LM rule, shared with the input pipeline's dynamic
+  masking.
+* `keras_largebatch.bert.records`: the record schema, shared with the input pipeline's checker
+  and parser.
 """
 
 import argparse
-import importlib
 import sys
 
 from keras_largebatch._logging import quiet_tensorflow_logs
 
-# Public names of the library modules, importable from here too. They are imported on first
-# use, so that `main` can quiet TensorFlow's start-up lines before anything imports it.
-_REEXPORTS = {
-    "keras_largebatch.bert.instance_tasks": (
-        "DOCUMENTS_PER_TASK",
-        "PARALLEL_MIN_TOKEN_PASSES",
-        "choose_num_workers",
-        "default_num_workers",
-    ),
-    "keras_largebatch.bert.instances": (
-        "DEFAULT_SHORT_SEQ_PROB",
-        "TOKENIZE_BATCH_SIZE",
-        "Instance",
-        "InstanceOptions",
-        "create_instances_from_document",
-        "read_documents",
-        "resolve_input_files",
-        "serialize_instance",
-        "tokenize_documents",
-    ),
-    "keras_largebatch.bert.masking": ("TokenIds", "mask_tokens"),
-    "keras_largebatch.bert.pretraining_data": (
-        "DEFAULT_CORPUS_DUPE_FACTOR",
-        "DEFAULT_DUPE_FACTOR",
-        "DEFAULT_NUM_OUTPUT_SHARDS",
-        "DEFAULT_SEED",
-        "MANIFEST_FILENAME",
-        "RECORD_FILE_PREFIX",
-        "VOCABULARY_FILENAME",
-        "PretrainingData",
-        "create_default_pretraining_data",
-        "create_pretraining_data",
-        "record_file_names",
-    ),
-}
-_MODULE_OF = {name: module for module, names in _REEXPORTS.items() for name in names}
-
-
-def __getattr__(name):
-    if name not in _MODULE_OF:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(_MODULE_OF[name]), name)
-
 
 def build_parser():
     """The command-line interface of ``keras-largebatch-create-data``."""
-    from keras_largebatch.bert import masking, records
+    from keras_largebatch.bert import masking
     from keras_largebatch.bert import vocab as vocab_lib
+    from keras_largebatch.bert.config import (
+        DEFAULT_CORPUS_DUPE_FACTOR,
+        DEFAULT_MAX_PREDICTIONS_PER_SEQ,
+        DEFAULT_MAX_SEQ_LENGTH,
+        DEFAULT_SEED,
+    )
     from keras_largebatch.bert.instances import DEFAULT_SHORT_SEQ_PROB
     from keras_largebatch.bert.pretraining_data import (
-        DEFAULT_CORPUS_DUPE_FACTOR,
         DEFAULT_DUPE_FACTOR,
         DEFAULT_NUM_OUTPUT_SHARDS,
-        DEFAULT_SEED,
     )
 
     parser = argparse.ArgumentParser(
@@ -107,13 +74,13 @@ def build_parser():
     parser.add_argument(
         "--max_seq_length",
         type=int,
-        default=records.DEFAULT_MAX_SEQ_LENGTH,
+        default=DEFAULT_MAX_SEQ_LENGTH,
         help="tokens per instance, [CLS] and [SEP]s included (default: %(default)s)",
     )
     parser.add_argument(
         "--max_predictions_per_seq",
         type=int,
-        default=records.DEFAULT_MAX_PREDICTIONS_PER_SEQ,
+        default=DEFAULT_MAX_PREDICTIONS_PER_SEQ,
         help="most masked positions per instance (default: %(default)s)",
     )
     parser.add_argument(
@@ -174,8 +141,8 @@ def build_parser():
 def main(argv=None):
     """Entry point of ``keras-largebatch-create-data``; returns the process exit status."""
     quiet_tensorflow_logs()
+    from keras_largebatch.bert.config import DEFAULT_CORPUS_DUPE_FACTOR
     from keras_largebatch.bert.pretraining_data import (
-        DEFAULT_CORPUS_DUPE_FACTOR,
         DEFAULT_DUPE_FACTOR,
         create_default_pretraining_data,
         create_pretraining_data,

@@ -24,6 +24,7 @@ import tensorflow as tf
 from keras_largebatch._checks import check_bool, check_number
 from keras_largebatch._file_patterns import resolve_file_patterns
 from keras_largebatch.bert import masking, records
+from keras_largebatch.bert.config import DEFAULT_MAX_PREDICTIONS_PER_SEQ, DEFAULT_MAX_SEQ_LENGTH
 
 # google-research/bert's default for --short_seq_prob.
 DEFAULT_SHORT_SEQ_PROB = 0.1
@@ -37,8 +38,8 @@ MIN_SEQ_LENGTH = 5
 class InstanceOptions:
     """How instances are cut and masked (see the module docstring)."""
 
-    max_seq_length: int = records.DEFAULT_MAX_SEQ_LENGTH
-    max_predictions_per_seq: int = records.DEFAULT_MAX_PREDICTIONS_PER_SEQ
+    max_seq_length: int = DEFAULT_MAX_SEQ_LENGTH
+    max_predictions_per_seq: int = DEFAULT_MAX_PREDICTIONS_PER_SEQ
     masked_lm_prob: float = masking.DEFAULT_MASKED_LM_PROB
     short_seq_prob: float = DEFAULT_SHORT_SEQ_PROB
     dynamic_masking: bool = False

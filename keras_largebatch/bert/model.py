@@ -13,16 +13,8 @@ import keras
 import keras_hub
 from keras import ops
 
-# google-research/bert's released sizes (its README, "BERT-Tiny" to "BERT-Large"); intermediate
-# = 4 x hidden.
-MODEL_SIZES = {
-    "tiny": {"num_layers": 2, "hidden_dim": 128, "num_heads": 2},
-    "mini": {"num_layers": 4, "hidden_dim": 256, "num_heads": 4},
-    "small": {"num_layers": 4, "hidden_dim": 512, "num_heads": 8},
-    "medium": {"num_layers": 8, "hidden_dim": 512, "num_heads": 8},
-    "base": {"num_layers": 12, "hidden_dim": 768, "num_heads": 12},
-    "large": {"num_layers": 24, "hidden_dim": 1024, "num_heads": 16},
-}
+from keras_largebatch.bert.config import MODEL_SIZES
+
 FEATURE_NAMES = ("token_ids", "segment_ids", "padding_mask", "mask_positions")
 
 

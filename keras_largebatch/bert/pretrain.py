@@ -28,34 +28,20 @@ checkpoint that cannot be read (truncated by a preempted write or by the storage
 kept as ``NAME.unreadable``, and the run resumes from the newest older checkpoint it keeps.
 
 The run directory, checkpoints, resume and logging are `keras_largebatch.training`'s; what is
-BERT is `keras_largebatch.bert.recipe.BertPretraining`.
+BERT is `keras_largebatch.bert.recipe` (`BertPretraining`, its model and optimizer).
 """
 
 import sys
 
-from keras_largebatch._logging import quiet_tensorflow_logs
 from keras_largebatch.training import command
-
-
-def __getattr__(name):
-    # Names this module has always offered, imported on first use so that `main` can quiet
-    # TensorFlow's start-up lines before anything imports it.
-    if name in ("REPORTED_METRICS", "build_model", "build_optimizer"):
-        from keras_largebatch.bert import recipe
-
-        return getattr(recipe, name)
-    if name == "SUMMARY_FILENAME":
-        from keras_largebatch.training import run_directory
-
-        return run_directory.SUMMARY_FILENAME
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def pretrain(config, callbacks=(), log=None):
     """Runs (or resumes, or reports) the pretraining run that ``config`` describes.
 
     Args:
-        config: a `config.PretrainConfig`; validated here.
+        config: a validated `config.PretrainConfig` (`config.load_config` returns one);
+            never changed.
         callbacks: extra Keras callbacks added to every phase's `fit`, after the run's own.
         log: a function taking one progress line; default prints to stderr.
 
@@ -73,10 +59,12 @@ def pretrain(config, callbacks=(), log=None):
             does not divide over the replicas. All are raised before any training. OSError: no
             checkpoint of the run can be read.
     """
+    # Imported here, so that `main` quiets TensorFlow's start-up lines before they load and
+    # --print_config prints without them.
     from keras_largebatch.bert.recipe import BertPretraining
-    from keras_largebatch.training import trainer
+    from keras_largebatch.training.trainer import Trainer
 
-    return trainer.train(config, BertPretraining(config), callbacks, log)
+    return Trainer(config, BertPretraining(config), callbacks, log).train()
 
 
 def build_parser():
@@ -84,7 +72,7 @@ def build_parser():
     return command.build_parser(
         "keras-largebatch-pretrain",
         "Pretrain BERT with LAMB. With no arguments: the embedded default job (BERT-tiny on the "
-        "default corpus, a few minutes on a CPU).",
+        "default corpus, sized for a CPU).",
         "model.size=mini phases.0.steps=100 phases.0.peak_learning_rate=6.0e-3 "
         "optimizer.global_clipnorm=null strategy.name=tpu mixed_precision=mixed_bfloat16",
     )
@@ -92,7 +80,6 @@ def build_parser():
 
 def main(argv=None):
     """Entry point of ``keras-largebatch-pretrain``; returns the process exit status."""
-    quiet_tensorflow_logs()
     from keras_largebatch.bert import config as config_lib
 
     return command.run_command(build_parser(), argv, config_lib.load_config, pretrain)

@@ -17,26 +17,28 @@ import json
 import os
 import random
 import sys
-import time
 
 import tensorflow as tf
 
 from keras_largebatch._checks import check_bool, check_integer, check_optional_integer
+from keras_largebatch._logging import ProgressLog
 from keras_largebatch.bert import corpus as corpus_lib
-from keras_largebatch.bert import instance_tasks, instances, masking, records
+from keras_largebatch.bert import instance_tasks, instances, masking
 from keras_largebatch.bert import vocab as vocab_lib
+from keras_largebatch.bert.config import (
+    DEFAULT_CORPUS_DUPE_FACTOR,
+    DEFAULT_MAX_PREDICTIONS_PER_SEQ,
+    DEFAULT_MAX_SEQ_LENGTH,
+    DEFAULT_SEED,
+)
 
 RECORD_FILE_PREFIX = "pretraining"
 MANIFEST_FILENAME = "manifest.json"
 VOCABULARY_FILENAME = "vocab.txt"
-# google-research/bert's defaults for --dupe_factor and --random_seed.
+# google-research/bert's default for --dupe_factor.
 DEFAULT_DUPE_FACTOR = 10
-DEFAULT_SEED = 12345
 # Enough files for the input pipeline to read several at once.
 DEFAULT_NUM_OUTPUT_SHARDS = 8
-# The default corpus is ~170K tokens; 5 passes give ~9.5K instances at sequence length 128,
-# enough for the tiny CPU pretraining run.
-DEFAULT_CORPUS_DUPE_FACTOR = 5
 
 
 @dataclasses.dataclass(frozen=True)
@@ -55,8 +57,8 @@ def create_pretraining_data(
     output_dir,
     vocab_file=None,
     vocabulary_size=vocab_lib.DEFAULT_VOCABULARY_SIZE,
-    max_seq_length=records.DEFAULT_MAX_SEQ_LENGTH,
-    max_predictions_per_seq=records.DEFAULT_MAX_PREDICTIONS_PER_SEQ,
+    max_seq_length=DEFAULT_MAX_SEQ_LENGTH,
+    max_predictions_per_seq=DEFAULT_MAX_PREDICTIONS_PER_SEQ,
     masked_lm_prob=masking.DEFAULT_MASKED_LM_PROB,
     dupe_factor=DEFAULT_DUPE_FACTOR,
     short_seq_prob=instances.DEFAULT_SHORT_SEQ_PROB,
@@ -117,13 +119,20 @@ def create_pretraining_data(
     config = _run_config(
         input_paths, vocab_file, vocabulary_size, options, dupe_factor, num_output_shards, seed
     )
-    return _create(input_paths, output_dir, config, options, num_workers, _Progress(progress))
+    return _create(
+        input_paths,
+        output_dir,
+        config,
+        options,
+        num_workers,
+        _progress_log(progress),
+    )
 
 
 def create_default_pretraining_data(
     output_dir,
-    max_seq_length=records.DEFAULT_MAX_SEQ_LENGTH,
-    max_predictions_per_seq=records.DEFAULT_MAX_PREDICTIONS_PER_SEQ,
+    max_seq_length=DEFAULT_MAX_SEQ_LENGTH,
+    max_predictions_per_seq=DEFAULT_MAX_PREDICTIONS_PER_SEQ,
     vocabulary_size=vocab_lib.DEFAULT_VOCABULARY_SIZE,
     masked_lm_prob=masking.DEFAULT_MASKED_LM_PROB,
     dupe_factor=DEFAULT_CORPUS_DUPE_FACTOR,
@@ -164,7 +173,7 @@ def create_default_pretraining_data(
             manifest = json.load(manifest_stream)
         expected_files = manifest["record_files"] + [manifest["vocab_file"], corpus_file]
         if manifest["config"] == config and all(map(os.path.isfile, expected_files)):
-            _Progress(progress)(f"reusing {manifest['num_examples']} examples in {output_dir}")
+            _progress_log(progress)(f"reusing {manifest['num_examples']} examples in {output_dir}")
             return PretrainingData(
                 manifest["record_files"],
                 manifest["vocab_file"],
@@ -182,7 +191,14 @@ def create_default_pretraining_data(
     interrupted = not os.path.isfile(manifest_file) and _only_own_outputs(output_dir, planned)
     _claim_outputs(output_dir, planned, overwrite or interrupted)
     corpus_lib.write_default_corpus(output_dir)
-    return _create([corpus_file], output_dir, config, options, num_workers, _Progress(progress))
+    return _create(
+        [corpus_file],
+        output_dir,
+        config,
+        options,
+        num_workers,
+        _progress_log(progress),
+    )
 
 
 def record_file_names(output_dir, num_output_shards):
@@ -325,14 +341,6 @@ def _claim_outputs(output_dir, planned_paths, overwrite):
     os.makedirs(output_dir, exist_ok=True)
 
 
-class _Progress:
-    """Progress lines on stderr, stamped with the seconds since the run started."""
-
-    def __init__(self, enabled):
-        self.enabled = enabled
-        self.start_time = time.perf_counter()
-
-    def __call__(self, message):
-        if self.enabled:
-            elapsed = time.perf_counter() - self.start_time
-            print(f"[create_data {elapsed:6.1f}s] {message}", file=sys.stderr, flush=True)
+def _progress_log(enabled):
+    """Data creation's progress lines, stamped with the seconds since creation started."""
+    return ProgressLog("create_data", elapsed=True, enabled=enabled)

@@ -1,19 +1,18 @@
 """BERT pretraining as a recipe of the trainer: its model, data, optimizer and metrics.
 
-`keras_largebatch.training.trainer.train` runs it; `keras_largebatch.bert.pretrain` is the
+`keras_largebatch.training.trainer.Trainer` runs it; `keras_largebatch.bert.pretrain` is the
 command around both.
 """
 
 import os
 
-import keras
 import tensorflow as tf
 
-from keras_largebatch.bert import create_data, input_pipeline
+from keras_largebatch.bert import input_pipeline, pretraining_data
 from keras_largebatch.bert import model as model_lib
 from keras_largebatch.bert import vocab as vocab_lib
-from keras_largebatch.optimizers import LAMB, ExclusionRule
 from keras_largebatch.schedules import WarmupPolynomialDecay
+from keras_largebatch.training.optimizer_factory import create_optimizer
 from keras_largebatch.training.recipe import Recipe
 
 # The window metrics reported in progress lines and the summary, in this order.
@@ -48,7 +47,7 @@ class BertPretraining(Recipe):
         self.record_files = None
         self.vocab_file = None
 
-    def prepare(self, log):
+    def prepare(self, plan, log):
         self.record_files, self.vocab_file = prepare_data(self.config, log)
 
     def vocabulary_size(self):
@@ -57,15 +56,14 @@ class BertPretraining(Recipe):
     def build_model(self):
         return build_model(self.config, self.vocabulary_size())
 
-    def build_optimizer(self, phase_index, model):
-        return build_optimizer(self.config.optimizer, self.config.phases[phase_index], model)
+    def build_optimizer(self, phase, model):
+        return build_optimizer(self.config.optimizer, phase, model)
 
-    def dataset(self, phase_index, batch_size, input_context, shuffle_seed):
-        phase = self.config.phases[phase_index]
+    def dataset(self, phase, batch_size, input_context, shuffle_seed):
         return input_pipeline.make_pretraining_dataset(
-            self.record_files[phase_index],
-            phase.seq_length,
-            phase.max_predictions_per_seq,
+            self.record_files[phase.index],
+            phase.config.seq_length,
+            phase.config.max_predictions_per_seq,
             batch_size,
             is_training=shuffle_seed is not None,
             input_context=input_context,
@@ -73,8 +71,8 @@ class BertPretraining(Recipe):
             shuffle_buffer_size=self.config.data.shuffle_buffer_size,
         )
 
-    def phase_summary(self, phase_index):
-        return {"seq_length": self.config.phases[phase_index].seq_length}
+    def phase_summary(self, phase):
+        return {"seq_length": phase.config.seq_length}
 
     def summary(self):
         return {"model_size": self.config.model.size, "optimizer": self.config.optimizer.name}
@@ -101,43 +99,31 @@ def build_model(config, vocabulary_size):
 
 
 def build_optimizer(optimizer_config, phase, model):
-    """A fresh optimizer for one phase, with its warmup + polynomial-decay schedule.
-
-    LAMB (`keras_largebatch.LAMB`) gets the exclusions as path patterns; Keras's AdamW matches
-    only short variable names, so it gets the same variables as an explicit list.
-    """
+    """A fresh optimizer for one phase (a `keras_largebatch.training.plan.PhasePlan`), with its
+    warmup + polynomial-decay schedule: LAMB (`keras_largebatch.LAMB`), or Keras's AdamW with
+    the same weight-decay exclusions (`keras_largebatch.training.optimizer_factory`)."""
+    settings = phase.config
     schedule = WarmupPolynomialDecay(
-        peak_learning_rate=phase.peak_learning_rate,
+        peak_learning_rate=settings.peak_learning_rate,
         total_steps=phase.steps,
-        warmup_steps=phase.warmup_steps,
-        end_learning_rate=phase.end_learning_rate,
-        power=phase.power,
+        warmup_steps=settings.warmup_steps,
+        end_learning_rate=settings.end_learning_rate,
+        power=settings.power,
     )
-    accumulation = phase.accumulation_steps()
-    common = dict(
-        learning_rate=schedule,
+    return create_optimizer(
+        optimizer_config.name,
+        schedule,
+        weight_decay=optimizer_config.weight_decay,
+        exclude_from_weight_decay=list(optimizer_config.exclude_from_weight_decay),
+        exclude_from_layer_adaptation=list(optimizer_config.exclude_from_layer_adaptation),
+        variables=model.trainable_variables,
+        gradient_accumulation_steps=phase.gradient_accumulation_steps,
+        record_trust_ratio=True,
         beta_1=optimizer_config.beta_1,
         beta_2=optimizer_config.beta_2,
         epsilon=optimizer_config.epsilon,
-        weight_decay=optimizer_config.weight_decay,
         global_clipnorm=optimizer_config.global_clipnorm,
-        gradient_accumulation_steps=accumulation if accumulation > 1 else None,
     )
-    if optimizer_config.name == "lamb":
-        return LAMB(
-            exclude_from_weight_decay=list(optimizer_config.exclude_from_weight_decay),
-            exclude_from_layer_adaptation=list(optimizer_config.exclude_from_layer_adaptation),
-            record_trust_ratio=True,
-            **common,
-        )
-    optimizer = keras.optimizers.AdamW(**common)
-    rule = ExclusionRule(
-        list(optimizer_config.exclude_from_weight_decay), "optimizer.exclude_from_weight_decay"
-    )
-    optimizer.exclude_from_weight_decay(
-        var_list=[variable for variable in model.trainable_variables if rule.excludes(variable)]
-    )
-    return optimizer
 
 
 def prepare_data(config, log):
@@ -163,7 +149,7 @@ def prepare_data(config, log):
     for index, phase in enumerate(config.phases):
         if record_files[index] is not None:
             continue
-        data = create_data.create_default_pretraining_data(
+        data = pretraining_data.create_default_pretraining_data(
             os.path.join(
                 config.output_dir,
                 "data",

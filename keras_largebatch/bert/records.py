@@ -27,10 +27,6 @@ import tensorflow as tf
 
 from keras_largebatch._checks import check_integer
 
-# google-research/bert's defaults for --max_seq_length and --max_predictions_per_seq.
-DEFAULT_MAX_SEQ_LENGTH = 128
-DEFAULT_MAX_PREDICTIONS_PER_SEQ = 20
-
 # tf.train.Feature kind -> (its value list, the dtype a parser reads it as).
 _KINDS = {
     "int64_list": (tf.train.Int64List, tf.int64),

@@ -3,10 +3,8 @@
 import keras
 from keras import ops
 
-from keras_largebatch.schedules.polynomial import (
-    check_warmup_polynomial_decay,
-    warmup_polynomial_decay,
-)
+from keras_largebatch._checks import check_warmup_decay
+from keras_largebatch.schedules.polynomial import warmup_polynomial_decay
 
 # The keys of one phase: those it must have, and the defaults of the others.
 PHASE_REQUIRED = ("steps", "peak_learning_rate", "warmup_steps")
@@ -28,7 +26,7 @@ def _normalize_phase(index, phase):
         )
     phase = {**PHASE_DEFAULTS, **phase}
     try:
-        check_warmup_polynomial_decay(
+        check_warmup_decay(
             phase["peak_learning_rate"],
             phase["warmup_steps"],
             phase["steps"],
@@ -68,8 +66,8 @@ class MultiPhaseSchedule(keras.optimizers.schedules.LearningRateSchedule):
         total_steps: optional; if given, the phases' `steps` must add up to
             it.
 
-    Example (NVIDIA's two BERT phases, DeepLearningExamples; see the module
-    docstring):
+    Example (NVIDIA's two BERT phases: NVIDIA/DeepLearningExamples,
+    `PyTorch/LanguageModeling/BERT/scripts/run_pretraining.sh`):
 
     ```python
     schedule = MultiPhaseSchedule([

@@ -3,29 +3,8 @@
 import keras
 from keras import ops
 
-from keras_largebatch._checks import check_number
+from keras_largebatch._checks import check_number, check_warmup_decay
 from keras_largebatch.schedules.warmup import warmup_ramp
-
-
-def check_warmup_polynomial_decay(
-    peak_learning_rate, warmup_steps, total_steps, end_learning_rate, power
-):
-    check_number("peak_learning_rate", peak_learning_rate, low=0, low_open=True)
-    check_number("total_steps", total_steps, low=0, low_open=True)
-    check_number("warmup_steps", warmup_steps, low=0)
-    check_number("power", power, low=0, low_open=True)
-    check_number("end_learning_rate", end_learning_rate)
-    if not warmup_steps < total_steps:
-        raise ValueError(
-            "warmup_steps must be < total_steps (the decay needs at least one "
-            f"step), got warmup_steps={warmup_steps} >= "
-            f"total_steps={total_steps}"
-        )
-    if not 0 <= end_learning_rate <= peak_learning_rate:
-        raise ValueError(
-            "end_learning_rate must be in [0, peak_learning_rate="
-            f"{peak_learning_rate}], got {end_learning_rate}"
-        )
 
 
 def warmup_polynomial_decay(
@@ -95,7 +74,8 @@ class WarmupPolynomialDecay(keras.optimizers.schedules.LearningRateSchedule):
         end_learning_rate: in `[0, peak_learning_rate]`. Defaults to `0.0`.
         power: `> 0`. Defaults to `1.0`.
 
-    Example (NVIDIA's BERT phase 1, DeepLearningExamples; see the module docstring):
+    Example (NVIDIA's BERT phase 1: NVIDIA/DeepLearningExamples,
+    `PyTorch/LanguageModeling/BERT/scripts/run_pretraining.sh`):
 
     ```python
     schedule = WarmupPolynomialDecay(
@@ -113,9 +93,7 @@ class WarmupPolynomialDecay(keras.optimizers.schedules.LearningRateSchedule):
         power=1.0,
     ):
         super().__init__()
-        check_warmup_polynomial_decay(
-            peak_learning_rate, warmup_steps, total_steps, end_learning_rate, power
-        )
+        check_warmup_decay(peak_learning_rate, warmup_steps, total_steps, end_learning_rate, power)
         self.peak_learning_rate = peak_learning_rate
         self.total_steps = total_steps
         self.warmup_steps = warmup_steps
@@ -199,9 +177,7 @@ class LarsMLPerfSchedule(keras.optimizers.schedules.LearningRateSchedule):
                 f"{warmup_epochs} * {steps_per_epoch} = {warmup_steps} >= "
                 f"total_steps={total_steps}"
             )
-        check_warmup_polynomial_decay(
-            peak_learning_rate, warmup_steps, total_steps, end_learning_rate, power
-        )
+        check_warmup_decay(peak_learning_rate, warmup_steps, total_steps, end_learning_rate, power)
         self.peak_learning_rate = peak_learning_rate
         self.steps_per_epoch = steps_per_epoch
         self.warmup_epochs = warmup_epochs

@@ -28,7 +28,7 @@ class StudyConfig:
     target_accuracy: float = 0.85  # test accuracy whose first step is recorded
     warmup_fraction: float = 0.1  # share of a trial's steps in linear warmup (then linear decay)
     weight_decay: float = 1e-4  # every optimizer's own weight decay
-    divergence_loss: float = 2 * math.log(10)  # training loss above this (2x chance) diverged
+    divergence_loss: float = 2 * math.log(10)  # test loss above this (2x chance): diverged
     noise_scale_epochs: float = 1.0  # length of the B_simple measurement run; 0: none
     train_examples: Optional[int] = None  # first N training images; None: all
     seed: int = 0  # seed of the weights and the data order of every trial

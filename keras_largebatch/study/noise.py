@@ -8,10 +8,9 @@ of the smallest batch ``B`` per LAMB step: the small batch is ``B`` and the big 
 import math
 import time
 
-from keras_largebatch.noise_scale import GradientNoiseScale
+from keras_largebatch.callbacks import GradientNoiseScale
 from keras_largebatch.study import grid
 from keras_largebatch.study import trial as trial_lib
-from keras_largebatch.study.optimizers import build_optimizer
 
 OPTIMIZER = "lamb"
 ACCUMULATION_STEPS = 2
@@ -29,7 +28,7 @@ def measure_noise_scale(config, data):
     )
     learning_rate = grid.starting_learning_rate(OPTIMIZER, batch_size)
     schedule = trial_lib.learning_rate_schedule(learning_rate, total_steps, config.warmup_fraction)
-    optimizer = build_optimizer(
+    optimizer = trial_lib.build_optimizer(
         OPTIMIZER, schedule, config.weight_decay, gradient_accumulation_steps=ACCUMULATION_STEPS
     )
     model = trial_lib.compile_model(optimizer, config.seed)

@@ -9,44 +9,23 @@ al. (arXiv:1811.03600) find that the best rate follows neither rule.
 
 from typing import NamedTuple
 
-import keras
-
-from keras_largebatch.optimizers import LAMB, LARS
-
 BASE_BATCH_SIZE = 256
 MOMENTUM = 0.9
 
 
 class OptimizerSpec(NamedTuple):
-    """An optimizer of the study: its starting rate at `BASE_BATCH_SIZE` and scaling rule."""
+    """An optimizer of the study: its starting rate at `BASE_BATCH_SIZE` and scaling rule, and
+    how `keras_largebatch.training.optimizer_factory` makes it."""
 
     base_learning_rate: float
     scaling_rule: str
+    factory_name: str  # the optimizer factory's name of it
+    hyperparameters: dict  # its own arguments beyond rate, decay and accumulation
 
 
 OPTIMIZERS = {
-    "sgd_nesterov": OptimizerSpec(base_learning_rate=0.1, scaling_rule="linear"),
-    "adamw": OptimizerSpec(base_learning_rate=8e-3, scaling_rule="sqrt"),
-    "lars": OptimizerSpec(base_learning_rate=4.0, scaling_rule="linear"),
-    "lamb": OptimizerSpec(base_learning_rate=2e-2, scaling_rule="sqrt"),
+    "sgd_nesterov": OptimizerSpec(0.1, "linear", "sgd", {"momentum": MOMENTUM, "nesterov": True}),
+    "adamw": OptimizerSpec(8e-3, "sqrt", "adamw", {}),
+    "lars": OptimizerSpec(4.0, "linear", "lars", {"momentum": MOMENTUM}),
+    "lamb": OptimizerSpec(2e-2, "sqrt", "lamb", {}),
 }
-
-
-def build_optimizer(name, learning_rate, weight_decay, gradient_accumulation_steps=None):
-    """The optimizer ``name`` (a key of `OPTIMIZERS`) with ``learning_rate`` (a float or a
-    schedule). ``weight_decay`` goes to each optimizer's own decay: decoupled in Keras's SGD and
-    AdamW and in LAMB, added to the gradient in LARS."""
-    common = dict(
-        learning_rate=learning_rate,
-        weight_decay=weight_decay,
-        gradient_accumulation_steps=gradient_accumulation_steps,
-    )
-    if name == "sgd_nesterov":
-        return keras.optimizers.SGD(momentum=MOMENTUM, nesterov=True, **common)
-    if name == "adamw":
-        return keras.optimizers.AdamW(**common)
-    if name == "lars":
-        return LARS(momentum=MOMENTUM, **common)
-    if name == "lamb":
-        return LAMB(**common)
-    raise ValueError(f"optimizer must be one of {list(OPTIMIZERS)}, got {name!r}")

@@ -11,9 +11,26 @@ import tensorflow as tf
 from keras_largebatch.schedules import WarmupPolynomialDecay
 from keras_largebatch.study import measures
 from keras_largebatch.study.model import simple_cnn
-from keras_largebatch.study.optimizers import build_optimizer
+from keras_largebatch.study.optimizers import OPTIMIZERS
+from keras_largebatch.training.optimizer_factory import create_optimizer
 
 EVALUATION_BATCH_SIZE = 2000
+
+
+def build_optimizer(name, learning_rate, weight_decay, gradient_accumulation_steps=1):
+    """The study's optimizer ``name`` (a key of `OPTIMIZERS`) with ``learning_rate`` (a float or
+    a schedule) and ``weight_decay``, each optimizer's own decay: decoupled in Keras's SGD and
+    AdamW and in LAMB, added to the gradient in LARS. Keras's SGD and AdamW decay every
+    variable; LAMB and LARS skip biases and normalization parameters (their default rule)."""
+    spec = OPTIMIZERS[name]
+    return create_optimizer(
+        spec.factory_name,
+        learning_rate,
+        weight_decay=weight_decay,
+        exclude_from_weight_decay=None if spec.factory_name in ("lamb", "lars") else [],
+        gradient_accumulation_steps=gradient_accumulation_steps,
+        **spec.hyperparameters,
+    )
 
 
 def train_dataset(data, batch_size, seed):

@@ -1,5 +1,12 @@
-"""Running any recipe: run configs (`config`), the run directory (`run_directory`), the recipe
-interface (`recipe`) and the trainer that runs a recipe's phases (`trainer`).
+"""Running any recipe. The run config goes one way through these modules:
+
+* `config`: run configs (dataclasses, YAML, ``key=value`` overrides), validated at load.
+* `plan`: the config resolved once, for the replicas present, into a frozen plan.
+* `recipe`: the interface a task implements; its per-phase methods receive the phase's plan.
+* `trainer`: the `Trainer`, which runs a recipe's phases on the devices (`devices`), in its run
+  directory (`run_directory`), and gathers the summary (`summary`).
+* `optimizer_factory`: our optimizers or Keras's baselines, with the same exclusions.
+* `command`: the command line every recipe's command shares.
 
 Nothing is imported here, so ``import keras_largebatch.training`` stays cheap; import the
 modules.

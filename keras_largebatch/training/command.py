@@ -5,6 +5,8 @@ import argparse
 import json
 import sys
 
+from keras_largebatch._logging import quiet_tensorflow_logs
+
 
 def build_parser(prog, description, example_overrides):
     """The argument parser of a recipe's command."""
@@ -32,13 +34,18 @@ def build_parser(prog, description, example_overrides):
 
 def run_command(parser, argv, load_config, run):
     """Parses ``argv``, loads the config with ``load_config(path, overrides)`` and runs
-    ``run(config)``, printing its summary; returns the process exit status."""
+    ``run(config)``, printing its summary; returns the process exit status.
+
+    A config loads and prints without TensorFlow; TensorFlow's start-up lines are quieted
+    (`keras_largebatch._logging.quiet_tensorflow_logs`) just before the run imports it.
+    """
     args = parser.parse_args(argv)
     try:
         config = load_config(args.config, args.overrides)
         if args.print_config:
             print(config.to_yaml(), end="")
             return 0
+        quiet_tensorflow_logs()
         summary = run(config)
     except (TypeError, ValueError, OSError, RuntimeError) as error:
         # TypeError/ValueError: a bad config value or input; OSError: missing files, output

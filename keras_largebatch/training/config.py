@@ -20,7 +20,13 @@ from typing import Optional
 import yaml
 
 from keras_largebatch import _checks
-from keras_largebatch.training.devices import STRATEGY_NAMES, check_strategy_config
+from keras_largebatch._backend import (
+    BACKENDS,
+    JAX_STRATEGY_NAMES,
+    STRATEGY_NAMES,
+    TENSORFLOW_STRATEGY_NAMES,
+    keras_backend,
+)
 
 MIXED_PRECISION_POLICIES = (None, "mixed_float16", "mixed_bfloat16")
 
@@ -38,12 +44,51 @@ class StrategyConfig:
     devices: Optional[list[str]] = None  # TF: for mirrored / one_device; JAX: e.g. ['tpu:0']
 
 
+def check_strategy_config(strategy, backend=None):
+    """Raises ValueError unless the ``strategy`` settings (a `StrategyConfig`) run on
+    ``backend`` (default: Keras's backend); names the key, its value, the backend and what is
+    allowed there. Touches no device."""
+    backend = backend or keras_backend()
+    if backend not in BACKENDS:
+        raise ValueError(
+            f"the trainer runs on the Keras backends {BACKENDS}, got KERAS_BACKEND={backend!r}"
+        )
+    allowed = TENSORFLOW_STRATEGY_NAMES if backend == "tensorflow" else JAX_STRATEGY_NAMES
+    if strategy.name not in allowed:
+        raise ValueError(
+            f"strategy.name={strategy.name!r} is not available on the {backend} backend; "
+            f"allowed there: {allowed}"
+            + (
+                " (JAX trains on keras.distribution.DataParallel, not tf.distribute)"
+                if backend == "jax"
+                else " (data_parallel is keras.distribution.DataParallel, for KERAS_BACKEND=jax)"
+            )
+        )
+    if backend != "jax":
+        return
+    if strategy.tpu is not None:
+        raise ValueError(
+            f"strategy.tpu={strategy.tpu!r} is a tf.distribute setting, not used on the jax "
+            "backend, which trains on the devices JAX lists (a TPU VM's TPU included); "
+            "allowed there: null"
+        )
+    for device in strategy.devices or ():
+        kind, _, index = str(device).partition(":")
+        if not (kind.isalpha() and index.isdigit()):
+            raise ValueError(
+                f"strategy.devices={strategy.devices!r}: {device!r} is not a JAX device name; "
+                "on the jax backend give names such as 'tpu:0' or 'cpu:1' (as "
+                "keras.distribution.list_devices() writes them), or null for all of them"
+            )
+
+
 @dataclasses.dataclass
 class PhaseConfig:
     """One phase of a run: a number of optimizer steps at one global batch size.
 
     Every phase continues from the weights the previous one ended with and starts a fresh
-    optimizer. A recipe derives its phases from this class to add its own fields.
+    optimizer. A recipe derives its phases from this class to add its own fields. How the
+    batch is split over the replicas of a run is its plan (`keras_largebatch.training.plan`).
     """
 
     global_batch_size: int = 32  # examples per optimizer step, over all replicas
@@ -52,103 +97,16 @@ class PhaseConfig:
     # the fewest that fit max_per_replica_batch_size on the replicas present (1 without it)
     max_per_replica_batch_size: Optional[int] = None  # largest per-replica micro-batch; null: any
 
-    def accumulation_steps(self):
-        """Micro-batches per optimizer step: ``gradient_accumulation_steps``, or 1 while it is
-        not given (`resolve` derives it for the replicas of a run)."""
-        return self.gradient_accumulation_steps or 1
+    def validate(self, key):
+        """Checks this phase's own fields (``key``: its config path, e.g. ``phases.0``).
 
-    def micro_batch_size(self):
-        """Examples per micro-batch over all replicas: the global batch over the accumulation
-        steps (`validate` checks that it divides)."""
-        return self.global_batch_size // self.accumulation_steps()
-
-    def resolve(self, key, num_replicas):
-        """Sets ``gradient_accumulation_steps``, when not given, for ``num_replicas`` replicas and
-        checks the split; returns the examples per replica of a micro-batch.
-
-        The derived k is the smallest with ``global_batch_size % (num_replicas * k) == 0`` and
-        ``global_batch_size / (num_replicas * k) <= max_per_replica_batch_size`` (1 without a
-        limit), so one config accumulates where the replicas are few and not where they are
-        many. ``key`` names the phase in the messages.
-
-        Raises:
-            ValueError: no k splits the batch so, or the micro-batch does not divide over the
-                replicas, or a given k leaves more than ``max_per_replica_batch_size``
-                examples per replica.
+        A recipe's phase extends this with its own fields' checks and calls it.
         """
-        limit = self.max_per_replica_batch_size
-        if self.gradient_accumulation_steps is None:
-            self.gradient_accumulation_steps = derive_accumulation_steps(
-                key, self.global_batch_size, num_replicas, limit
-            )
-        micro_batch = self.micro_batch_size()
-        if micro_batch % num_replicas:
-            raise ValueError(
-                f"{key}.global_batch_size={self.global_batch_size} / gradient_accumulation_steps="
-                f"{self.gradient_accumulation_steps} = {micro_batch} examples per micro-batch "
-                f"must be divisible by the {num_replicas} replicas of the strategy"
-            )
-        per_replica = micro_batch // num_replicas
-        if limit is not None and per_replica > limit:
-            raise ValueError(
-                f"{key}.global_batch_size={self.global_batch_size} / ({num_replicas} replicas x "
-                f"gradient_accumulation_steps={self.gradient_accumulation_steps}) = {per_replica} "
-                f"examples per replica exceeds {key}.max_per_replica_batch_size={limit}; raise "
-                "gradient_accumulation_steps or leave it null to derive it"
-            )
-        return per_replica
-
-    def validate(self, key, run):
-        """Checks this phase (``key``: its config path) within ``run``, its `RunConfig`."""
         for name in ("global_batch_size", "steps"):
             _checks.check_integer(f"{key}.{name}", getattr(self, name), low=1)
         for name in ("gradient_accumulation_steps", "max_per_replica_batch_size"):
             if getattr(self, name) is not None:
                 _checks.check_integer(f"{key}.{name}", getattr(self, name), low=1)
-        if self.gradient_accumulation_steps is None and self.max_per_replica_batch_size:
-            return  # checked again once `resolve` derives the accumulation
-        accumulation = self.accumulation_steps()
-        if self.global_batch_size % accumulation:
-            raise ValueError(
-                f"{key}.global_batch_size={self.global_batch_size} must be divisible by "
-                f"{key}.gradient_accumulation_steps={accumulation}"
-            )
-        # One training call runs steps_per_execution micro-batches; Keras would run past the
-        # end of a logging window (and of the phase) that is not a whole number of calls.
-        for steps, what in (
-            (run.log_interval, "log_interval"),
-            (self.steps % run.log_interval, f"{key}.steps % log_interval"),
-        ):
-            micro_steps = steps * accumulation
-            if micro_steps % run.steps_per_execution:
-                raise ValueError(
-                    f"steps_per_execution={run.steps_per_execution} must divide {what} x "
-                    f"{key}.gradient_accumulation_steps = {micro_steps} (training calls of a "
-                    "logging window)"
-                )
-
-
-def derive_accumulation_steps(key, global_batch_size, num_replicas, max_per_replica_batch_size):
-    """The fewest micro-batches per optimizer step that split ``global_batch_size`` evenly over
-    ``num_replicas`` replicas, at most ``max_per_replica_batch_size`` examples each (None: no
-    limit, so 1). ``key`` names the phase in the message.
-
-    Raises:
-        ValueError: no number of micro-batches does.
-    """
-    if max_per_replica_batch_size is None:
-        return 1
-    for steps in range(1, global_batch_size // num_replicas + 1):
-        per_replica, remainder = divmod(global_batch_size, num_replicas * steps)
-        if not remainder and per_replica <= max_per_replica_batch_size:
-            return steps
-    raise ValueError(
-        f"{key}.global_batch_size={global_batch_size} cannot be split over {num_replicas} "
-        f"replicas into micro-batches of at most {key}.max_per_replica_batch_size="
-        f"{max_per_replica_batch_size} examples per replica: no gradient_accumulation_steps k "
-        f"has {global_batch_size} divisible by {num_replicas} x k with {global_batch_size} / "
-        f"({num_replicas} x k) <= {max_per_replica_batch_size}"
-    )
 
 
 @dataclasses.dataclass
@@ -177,7 +135,10 @@ class RunConfig:
     def validate(self):
         """Checks values and relations between fields; raises naming the field. Returns self.
 
-        A recipe's config extends this with its own checks and calls it first.
+        Changes nothing. A recipe's config extends this with its own checks and calls it. A
+        phase whose accumulation is derived from the replicas (``max_per_replica_batch_size``
+        without ``gradient_accumulation_steps``) has its split checked by
+        `check_accumulation` once the plan of a run derives it.
         """
         _checks.check_choice("mixed_precision", self.mixed_precision, MIXED_PRECISION_POLICIES)
         _checks.check_choice("strategy.name", self.strategy.name, STRATEGY_NAMES)
@@ -198,19 +159,51 @@ class RunConfig:
         if not self.phases:
             raise ValueError("phases must hold at least one phase, got []")
         for index, phase in enumerate(self.phases):
-            phase.validate(f"phases.{index}", self)
+            phase.validate(f"phases.{index}")
+            if phase.gradient_accumulation_steps or not phase.max_per_replica_batch_size:
+                self.check_accumulation(
+                    f"phases.{index}", phase, phase.gradient_accumulation_steps or 1
+                )
         return self
 
-    def resolve(self, num_replicas):
-        """Fits the phases to ``num_replicas`` replicas (`PhaseConfig.resolve`) and validates the
-        result; returns self.
-
-        Changes this config in place, so that a recipe holding it builds its optimizers for
-        the accumulation the trainer runs; the run directory records the resolved values.
+    def check_accumulation(self, key, phase, accumulation_steps):
+        """Checks that ``phase`` (at config path ``key``) can run as ``accumulation_steps``
+        micro-batches per optimizer step: given in the config, or derived for the replicas of
+        a run (`keras_largebatch.training.plan`). A recipe's config extends it with the
+        limits of its optimizers.
         """
-        for index, phase in enumerate(self.phases):
-            phase.resolve(f"phases.{index}", num_replicas)
-        return self.validate()
+        if phase.global_batch_size % accumulation_steps:
+            raise ValueError(
+                f"{key}.global_batch_size={phase.global_batch_size} must be divisible by "
+                f"{key}.gradient_accumulation_steps={accumulation_steps}"
+            )
+        # One training call runs steps_per_execution micro-batches; Keras would run past the
+        # end of a logging window (and of the phase) that is not a whole number of calls.
+        for steps, what in (
+            (self.log_interval, "log_interval"),
+            (phase.steps % self.log_interval, f"{key}.steps % log_interval"),
+        ):
+            micro_steps = steps * accumulation_steps
+            if micro_steps % self.steps_per_execution:
+                raise ValueError(
+                    f"steps_per_execution={self.steps_per_execution} must divide {what} x "
+                    f"{key}.gradient_accumulation_steps = {micro_steps} (training calls of a "
+                    "logging window)"
+                )
+
+
+def check_baseline_accumulation(key, accumulation_steps, optimizer_name, layerwise):
+    """Refuses ``accumulation_steps`` > 1 micro-batches for phase ``key`` unless
+    ``optimizer.name`` is the recipe's layer-wise optimizer ``layerwise``: Keras's optimizers
+    evaluate the learning-rate schedule at their micro-batch counter, so a baseline's warmup
+    and decay would run that many times too fast; ours count optimizer steps
+    (`keras_largebatch.training.optimizer_factory`)."""
+    if accumulation_steps > 1 and optimizer_name != layerwise:
+        raise ValueError(
+            f"{key}.gradient_accumulation_steps={accumulation_steps} needs optimizer.name="
+            f"{layerwise!r}; Keras's {optimizer_name} optimizer advances its learning-rate "
+            "schedule per micro-batch"
+        )
 
 
 def config_from_dict(cls, values, key="config"):

@@ -18,63 +18,21 @@ of a single pipeline and a single replica, so the batches it returns are whole m
 Keras splits over the devices along the batch axis; the step is one program over all of them, so
 the gradient, a sum over the batch and the batch-norm statistics already cover the global batch.
 
-`check_strategy_config` refuses a setting of the other backend (``strategy.name=mirrored`` on JAX,
-``data_parallel`` on TensorFlow), naming the key, its value, the backend and what is allowed.
+`config.check_strategy_config` refuses a setting of the other backend (``strategy.name=mirrored``
+on JAX, ``data_parallel`` on TensorFlow), naming the key, its value, the backend and what is
+allowed.
 """
 
 import keras
 import tensorflow as tf
 
 from keras_largebatch import distribute
-
-# The strategy names of each backend; "auto" is the best one available on either.
-TENSORFLOW_STRATEGY_NAMES = distribute.STRATEGY_NAMES
-JAX_STRATEGY_NAMES = ("auto", "data_parallel")
-STRATEGY_NAMES = TENSORFLOW_STRATEGY_NAMES + JAX_STRATEGY_NAMES[1:]
-BACKENDS = ("tensorflow", "jax")
-
-
-def check_strategy_config(strategy, backend=None):
-    """Raises ValueError unless the ``strategy`` settings (a `config.StrategyConfig`) run on
-    ``backend`` (default: Keras's backend); names the key, its value, the backend and what is
-    allowed there. Touches no device."""
-    backend = backend or keras.backend.backend()
-    if backend not in BACKENDS:
-        raise ValueError(
-            f"the trainer runs on the Keras backends {BACKENDS}, got KERAS_BACKEND={backend!r}"
-        )
-    allowed = TENSORFLOW_STRATEGY_NAMES if backend == "tensorflow" else JAX_STRATEGY_NAMES
-    if strategy.name not in allowed:
-        raise ValueError(
-            f"strategy.name={strategy.name!r} is not available on the {backend} backend; "
-            f"allowed there: {allowed}"
-            + (
-                " (JAX trains on keras.distribution.DataParallel, not tf.distribute)"
-                if backend == "jax"
-                else " (data_parallel is keras.distribution.DataParallel, for KERAS_BACKEND=jax)"
-            )
-        )
-    if backend != "jax":
-        return
-    if strategy.tpu is not None:
-        raise ValueError(
-            f"strategy.tpu={strategy.tpu!r} is a tf.distribute setting, not used on the jax "
-            "backend, which trains on the devices JAX lists (a TPU VM's TPU included); "
-            "allowed there: null"
-        )
-    for device in strategy.devices or ():
-        kind, _, index = str(device).partition(":")
-        if not (kind.isalpha() and index.isdigit()):
-            raise ValueError(
-                f"strategy.devices={strategy.devices!r}: {device!r} is not a JAX device name; "
-                "on the jax backend give names such as 'tpu:0' or 'cpu:1' (as "
-                "keras.distribution.list_devices() writes them), or null for all of them"
-            )
+from keras_largebatch.training.config import check_strategy_config
 
 
 def create_devices(strategy):
     """The `TensorFlowDevices` or `JaxDevices` that the ``strategy`` settings (a
-    `config.StrategyConfig`, checked by `check_strategy_config`) describe on Keras's backend.
+    `config.StrategyConfig`, checked by `config.check_strategy_config`) describe on Keras's backend.
 
     Call it before any other TensorFlow op runs (see `keras_largebatch.distribute.get_strategy`).
     """

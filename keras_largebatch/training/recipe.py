@@ -1,12 +1,17 @@
 """The interface between a task (language-model pretraining, image classification) and the
 trainer.
 
-A recipe says what to train; `keras_largebatch.training.trainer.train` runs it: picks the
+A recipe says what to train; `keras_largebatch.training.trainer.Trainer` runs it: picks the
 devices (`training.devices`: a tf.distribute strategy on TensorFlow, DataParallel on JAX),
-claims the run directory, builds the model in their scope, and for each phase builds
-the optimizer, positions the data at the step it resumes from, trains logging windows, and
-writes checkpoints, TensorBoard scalars and the summary. The trainer knows nothing of the task
-beyond these methods; the recipe knows nothing of checkpoints, resume or logging.
+resolves the config into a plan for their replicas (`training.plan`), claims the run
+directory, builds the model in their scope, and for each phase builds the optimizer,
+positions the data at the step it resumes from, trains logging windows, and writes
+checkpoints, TensorBoard scalars and the summary. Each per-phase method receives the phase's
+plan, a frozen `training.plan.PhasePlan`: its resolved batch split (``global_batch_size``,
+``num_replicas``, ``micro_batch_size``, ``per_replica_batch_size``,
+``gradient_accumulation_steps``), ``steps``, ``index`` and ``config``, a copy of the phase's
+settings with the recipe's own fields. The trainer knows nothing of the task beyond these
+methods; the recipe knows nothing of checkpoints, resume or logging.
 """
 
 import abc
@@ -35,11 +40,12 @@ class Recipe(abc.ABC):
     deterministic_input = True
     input_seed = 0
 
-    def prepare(self, log):
+    def prepare(self, plan, log):
         """Checks (and, if the task creates them, creates) the inputs of every phase.
 
-        Called once, after the run directory is claimed and the devices are known, before the
-        model is built. Raise ValueError for bad input here, before any training.
+        Called once, with the run's `training.plan.RunPlan`, after the run directory is
+        claimed, before the model is built. Raise ValueError for bad input here, before any
+        training.
         """
 
     @abc.abstractmethod
@@ -47,23 +53,24 @@ class Recipe(abc.ABC):
         """A new, built Keras model (called inside the devices' scope)."""
 
     @abc.abstractmethod
-    def build_optimizer(self, phase_index, model):
-        """A fresh optimizer, with its learning-rate schedule, for phase ``phase_index``.
+    def build_optimizer(self, phase, model):
+        """A fresh optimizer, with its learning-rate schedule, for ``phase`` (its plan),
+        accumulating ``phase.gradient_accumulation_steps`` micro-batches per step.
 
         The trainer wraps it in `keras.optimizers.LossScaleOptimizer` under ``mixed_float16``
         and adds `keras_largebatch.TrustRatioMonitor` when it records trust ratios.
         """
 
-    def compile_arguments(self, phase_index):
+    def compile_arguments(self, phase):
         """Extra keyword arguments of `model.compile` (loss, metrics) for a phase."""
         return {}
 
     @abc.abstractmethod
-    def dataset(self, phase_index, batch_size, input_context, shuffle_seed):
+    def dataset(self, phase, batch_size, input_context, shuffle_seed):
         """One input pipeline's training batches of ``batch_size`` examples for a phase.
 
         Args:
-            phase_index: the phase.
+            phase: the phase's plan.
             batch_size: examples per batch: one replica's share of one micro-batch (on JAX
                 the whole micro-batch, which Keras splits over the devices).
             input_context: the `tf.distribute.InputContext` of this pipeline (shard by it; on
@@ -72,11 +79,11 @@ class Recipe(abc.ABC):
                 skips what was trained); else an int seeding an endless shuffled dataset.
         """
 
-    def callbacks(self, phase_index):
+    def callbacks(self, phase):
         """Keras callbacks of the task for a phase, run before the trainer's own."""
         return []
 
-    def evaluation_interval(self, phase_index):
+    def evaluation_interval(self, phase):
         """Optimizer steps between calls of ``evaluate(model)`` in a phase (a multiple of the
         run's ``log_interval``), or None (the default) for no evaluation. A phase that
         evaluates is also evaluated at its end."""
@@ -87,7 +94,7 @@ class Recipe(abc.ABC):
         MLPerf rule: train until the target quality, report the time it took)."""
         return False
 
-    def phase_summary(self, phase_index):
+    def phase_summary(self, phase):
         """Fields of the task added to a phase's entry in the summary."""
         return {}
 

@@ -19,7 +19,8 @@ import uuid
 
 import h5py
 import tensorflow as tf
-from tensorflow.core.framework import summary_pb2
+
+from keras_largebatch._tensorboard import SummaryWriter
 
 RUN_CONFIG_FILENAME = "run_config.json"
 SUMMARY_FILENAME = "summary.json"
@@ -32,12 +33,18 @@ UNREADABLE_SUFFIX = ".unreadable"
 class RunDirectory:
     """The files of one run under ``config.output_dir`` (a `training.config.RunConfig`).
 
-    ``writes`` is False on the workers of a multi-worker run other than the chief: they read
-    the state but write no checkpoint, log or summary.
+    Args:
+        config: the run's config; not changed.
+        run_config: the config as ``run_config.json`` records it (what a rerun must match to
+            resume), as plain data: the trainer's plan, with every phase's accumulation
+            resolved (`training.plan.RunPlan.record`). None: ``config.to_dict()``.
+        writes: False on the workers of a multi-worker run other than the chief: they read
+            the state but write no checkpoint, log or summary.
     """
 
-    def __init__(self, config):
+    def __init__(self, config, run_config=None, writes=True):
         self.config = config
+        self.recorded_config = run_config if run_config is not None else config.to_dict()
         self.output_dir = config.output_dir
         self.checkpoint_dir = config.checkpoint_dir or os.path.join(
             config.output_dir, "checkpoints"
@@ -46,13 +53,11 @@ class RunDirectory:
         self.config_path = os.path.join(config.output_dir, RUN_CONFIG_FILENAME)
         self.summary_path = os.path.join(config.output_dir, SUMMARY_FILENAME)
         self.state_path = os.path.join(self.checkpoint_dir, STATE_FILENAME)
-        self.writes = True
+        self.writes = writes
         self._writer = None
 
     def _run_config(self):
-        values = self.config.to_dict()
-        del values["overwrite"]
-        return values
+        return {key: value for key, value in self.recorded_config.items() if key != "overwrite"}
 
     def claim(self):
         """Takes the directory for this run; returns the checkpoint state to resume or None.
@@ -199,21 +204,12 @@ class RunDirectory:
         return path
 
     def write_scalars(self, global_step, metrics):
-        """TensorBoard scalars at the global step; written with `tf.summary.write` and the
-        scalars plugin's metadata, so the `tensorboard` package is needed only to view them."""
+        """TensorBoard scalars, ``{tag: number}``, at the global step in ``log_dir``."""
         if not self.writes:
             return
         if self._writer is None:
-            self._writer = tf.summary.create_file_writer(self.log_dir)
-        metadata = summary_pb2.SummaryMetadata(
-            plugin_data=summary_pb2.SummaryMetadata.PluginData(plugin_name="scalars")
-        )
-        with self._writer.as_default():
-            for name, value in metrics.items():
-                tf.summary.write(
-                    name, tf.constant(value, tf.float32), step=global_step, metadata=metadata
-                )
-        self._writer.flush()
+            self._writer = SummaryWriter(self.log_dir)
+        self._writer.write_scalars(global_step, metrics)
 
     def has_summary(self):
         return tf.io.gfile.exists(self.summary_path)

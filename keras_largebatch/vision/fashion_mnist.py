@@ -14,7 +14,8 @@ import os
 import shutil
 
 import numpy as np
-import tensorflow as tf
+
+from keras_largebatch._backend import keras_home
 
 FILES = (
     "train-labels-idx1-ubyte.gz",
@@ -32,14 +33,9 @@ PIXEL_STDDEV = 90.02
 
 
 def keras_cache_dir():
-    """Where `keras.datasets.fashion_mnist` caches its files: Keras's home (``$KERAS_HOME``,
-    else ``~/.keras``, else ``/tmp/.keras`` when the home directory is not writable, as Keras
-    decides when it is imported) + ``datasets/fashion-mnist``."""
-    keras_home = os.environ.get("KERAS_HOME")
-    if keras_home is None:
-        base = os.path.expanduser("~")
-        keras_home = os.path.join(base if os.access(base, os.W_OK) else "/tmp", ".keras")
-    return os.path.join(keras_home, "datasets", "fashion-mnist")
+    """Where `keras.datasets.fashion_mnist` caches its files: Keras's home
+    (`keras_largebatch._backend.keras_home`) + ``datasets/fashion-mnist``."""
+    return os.path.join(keras_home(), "datasets", "fashion-mnist")
 
 
 def ensure_cached(cache_dir=None, source_dir=None):
@@ -119,4 +115,8 @@ def normalize(images, labels):
 
 def normalize_images(images):
     """uint8 images as float32 of zero mean and unit variance over the training set."""
+    # Imported here, not with the module: the run config reads this module's facts and loads
+    # without TensorFlow.
+    import tensorflow as tf
+
     return (tf.cast(images, tf.float32) - PIXEL_MEAN) / PIXEL_STDDEV

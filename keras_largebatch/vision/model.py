@@ -10,35 +10,7 @@ import keras
 import keras_hub
 
 from keras_largebatch import _checks
-
-
-def _imagenet_resnet(block_type, blocks):
-    """The ImageNet ResNets' shape (He et al. 2016, table 1): a 7x7 stem, four stages."""
-    return dict(
-        input_conv_filters=[64],
-        input_conv_kernel_sizes=[7],
-        stackwise_num_filters=[64, 128, 256, 512],
-        stackwise_num_blocks=blocks,
-        stackwise_num_strides=[1, 2, 2, 2],
-        block_type=block_type,
-    )
-
-
-# Arguments of keras_hub.models.ResNetBackbone per architecture.
-ARCHITECTURES = {
-    # A 3x3 stem and two stages: 28x28 images are 7x7 after the stem's stride and pooling.
-    "small": dict(
-        input_conv_filters=[64],
-        input_conv_kernel_sizes=[3],
-        stackwise_num_filters=[64, 128],
-        stackwise_num_blocks=[1, 1],
-        stackwise_num_strides=[1, 2],
-        block_type="basic_block",
-    ),
-    "resnet18": _imagenet_resnet("basic_block", [2, 2, 2, 2]),
-    "resnet34": _imagenet_resnet("basic_block", [3, 4, 6, 3]),
-    "resnet50": _imagenet_resnet("bottleneck_block", [3, 4, 6, 3]),
-}
+from keras_largebatch.vision.config import ARCHITECTURES
 
 
 def image_classifier(architecture, num_classes, image_shape, dtype=None, sync_batch_norm=False):

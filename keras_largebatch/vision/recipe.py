@@ -11,8 +11,8 @@ accuracy. `keras_largebatch.vision.train` is the command around it.
 import keras
 import tensorflow as tf
 
-from keras_largebatch.optimizers import LARS, ExclusionRule
 from keras_largebatch.schedules import LarsMLPerfSchedule
+from keras_largebatch.training.optimizer_factory import create_optimizer
 from keras_largebatch.training.recipe import Recipe
 from keras_largebatch.vision import fashion_mnist, input_pipeline
 from keras_largebatch.vision.model import image_classifier
@@ -31,9 +31,9 @@ class ImageClassification(Recipe):
         self.input_seed = config.data.seed
         self._arrays = None
 
-    def prepare(self, log):
+    def prepare(self, plan, log):
         config, data = self.config, self.config.data
-        micro_batch = max(phase.micro_batch_size() for phase in config.phases)
+        micro_batch = max(phase.micro_batch_size for phase in plan.phases)
         if data.dataset == "fashion_mnist":
             (train_x, train_y), (test_x, test_y) = fashion_mnist.load(data.fashion_mnist_dir)
             self._arrays = {"train": (train_x, train_y), "eval": (test_x, test_y)}
@@ -65,42 +65,34 @@ class ImageClassification(Recipe):
             sync_batch_norm=model.sync_batch_norm,
         )
 
-    def build_optimizer(self, phase_index, model):
-        phase, optimizer = self.config.phases[phase_index], self.config.optimizer
+    def build_optimizer(self, phase, model):
+        """LARS, or Keras's SGD with momentum, excluding the same variables from weight decay
+        (LARS's default rule: batch-norm parameters and biases)."""
+        settings, optimizer = phase.config, self.config.optimizer
         schedule = LarsMLPerfSchedule(
-            peak_learning_rate=phase.peak_learning_rate,
+            peak_learning_rate=settings.peak_learning_rate,
             steps_per_epoch=self.config.num_train_examples() / phase.global_batch_size,
-            warmup_epochs=phase.warmup_epochs,
+            warmup_epochs=settings.warmup_epochs,
             total_steps=phase.steps,
-            end_learning_rate=phase.end_learning_rate,
-            power=phase.power,
+            end_learning_rate=settings.end_learning_rate,
+            power=settings.power,
         )
-        accumulation = phase.accumulation_steps()
+        hyperparameters = dict(momentum=optimizer.momentum, nesterov=optimizer.nesterov)
         if optimizer.name == "lars":
-            return LARS(
-                learning_rate=schedule,
-                momentum=optimizer.momentum,
-                trust_coefficient=optimizer.trust_coefficient,
-                epsilon=optimizer.epsilon,
-                weight_decay=optimizer.weight_decay,
-                nesterov=optimizer.nesterov,
-                record_trust_ratio=True,
-                gradient_accumulation_steps=accumulation if accumulation > 1 else None,
+            hyperparameters.update(
+                trust_coefficient=optimizer.trust_coefficient, epsilon=optimizer.epsilon
             )
-        sgd = keras.optimizers.SGD(
-            learning_rate=schedule,
-            momentum=optimizer.momentum,
-            nesterov=optimizer.nesterov,
-            weight_decay=optimizer.weight_decay or None,
+        return create_optimizer(
+            optimizer.name,
+            schedule,
+            weight_decay=optimizer.weight_decay,
+            variables=model.trainable_variables,
+            gradient_accumulation_steps=phase.gradient_accumulation_steps,
+            record_trust_ratio=True,
+            **hyperparameters,
         )
-        # The same variables as LARS's default rule: batch-norm parameters and biases.
-        rule = ExclusionRule(None, "exclude_from_weight_decay")
-        sgd.exclude_from_weight_decay(
-            var_list=[variable for variable in model.trainable_variables if rule.excludes(variable)]
-        )
-        return sgd
 
-    def compile_arguments(self, phase_index):
+    def compile_arguments(self, phase):
         return {
             "loss": keras.losses.CategoricalCrossentropy(
                 from_logits=True, label_smoothing=self.config.model.label_smoothing
@@ -111,7 +103,7 @@ class ImageClassification(Recipe):
             ],
         }
 
-    def dataset(self, phase_index, batch_size, input_context, shuffle_seed):
+    def dataset(self, phase, batch_size, input_context, shuffle_seed):
         return self._dataset("train", batch_size, input_context, shuffle_seed)
 
     def _dataset(self, split, batch_size, input_context, shuffle_seed):
@@ -149,7 +141,7 @@ class ImageClassification(Recipe):
             )
         return dataset.map(lambda images, labels: (images, tf.one_hot(labels, num_classes)))
 
-    def evaluation_interval(self, phase_index):
+    def evaluation_interval(self, phase):
         return self.config.eval_interval
 
     def evaluate(self, model):
@@ -160,8 +152,7 @@ class ImageClassification(Recipe):
         target = self.config.target_accuracy
         return target is not None and evaluation["accuracy"] >= target
 
-    def phase_summary(self, phase_index):
-        phase = self.config.phases[phase_index]
+    def phase_summary(self, phase):
         return {"epochs": phase.steps * phase.global_batch_size / self.config.num_train_examples()}
 
     def summary(self):

@@ -16,18 +16,19 @@ over resumes, evaluation included).
 
 import sys
 
-from keras_largebatch._logging import quiet_tensorflow_logs
 from keras_largebatch.training import command
 
 
 def train(config, callbacks=(), log=None):
-    """Runs (or resumes, or reports) the run that ``config`` (a `config.TrainConfig`)
-    describes (validated by the trainer); returns its summary
-    (`keras_largebatch.training.trainer.train`)."""
-    from keras_largebatch.training import trainer
+    """Runs (or resumes, or reports) the run that ``config`` (a validated `config.TrainConfig`,
+    never changed) describes; returns its summary (`keras_largebatch.training.trainer.Trainer`).
+    """
+    # Imported here, so that `main` quiets TensorFlow's start-up lines before they load and
+    # --print_config prints without them.
+    from keras_largebatch.training.trainer import Trainer
     from keras_largebatch.vision.recipe import ImageClassification
 
-    return trainer.train(config, ImageClassification(config), callbacks, log)
+    return Trainer(config, ImageClassification(config), callbacks, log).train()
 
 
 def build_parser():
@@ -35,7 +36,7 @@ def build_parser():
     return command.build_parser(
         "keras-largebatch-train-images",
         "Train an image classifier with LARS. With no arguments: the embedded default job "
-        "(a small ResNet on Fashion-MNIST to 90% accuracy, a few minutes on a CPU).",
+        "(a small ResNet on Fashion-MNIST to 90% accuracy, sized for a CPU).",
         "model.architecture=resnet50 phases.0.global_batch_size=32768 "
         "data.dataset=imagenet data.train_files=['gs://bucket/train-*'] strategy.name=tpu",
     )
@@ -43,7 +44,6 @@ def build_parser():
 
 def main(argv=None):
     """Entry point of ``keras-largebatch-train-images``; returns the process exit status."""
-    quiet_tensorflow_logs()
     from keras_largebatch.vision import config as config_lib
 
     return command.run_command(build_parser(), argv, config_lib.load_config, train)

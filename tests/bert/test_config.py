@@ -1,12 +1,12 @@
 """Pretraining config: defaults, YAML files, key=value overrides and their errors."""
 
-import copy
 import glob
 import os
 
 import pytest
 
 from keras_largebatch.bert import config as config_lib
+from keras_largebatch.training.plan import plan_run
 from tests.support.config_fields import assert_fields_documented
 
 REPOSITORY = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -213,11 +213,10 @@ def test_tpu_configs_hold_the_published_recipes():
 
 def _split(config, num_replicas):
     """(examples per replica, gradient_accumulation_steps) of each phase of ``config`` on
-    ``num_replicas`` replicas, as `RunConfig.resolve` derives and validates them (on a copy)."""
-    resolved = copy.deepcopy(config).resolve(num_replicas)
+    ``num_replicas`` replicas, as the run's plan derives and checks them."""
     return [
-        (phase.micro_batch_size() // num_replicas, phase.gradient_accumulation_steps)
-        for phase in resolved.phases
+        (phase.per_replica_batch_size, phase.gradient_accumulation_steps)
+        for phase in plan_run(config, num_replicas).phases
     ]
 
 

@@ -63,7 +63,7 @@ def _create(tagged_corpus, output_dir, **kwargs):
         progress=False,
     )
     arguments.update(kwargs)
-    return create_data.create_pretraining_data([text_file], str(output_dir), **arguments)
+    return pretraining_data.create_pretraining_data([text_file], str(output_dir), **arguments)
 
 
 def _read_records(paths):
@@ -279,7 +279,7 @@ def test_builds_vocabulary_when_none_is_given(tmp_path):
     ]
     text_file = tmp_path / "text.txt"
     text_file.write_text("\n".join(sentences) + "\n\n" + "\n".join(reversed(sentences)) + "\n")
-    result = create_data.create_pretraining_data(
+    result = pretraining_data.create_pretraining_data(
         [str(text_file)],
         str(tmp_path / "out"),
         vocabulary_size=100,
@@ -334,7 +334,7 @@ def test_rejects_arguments_of_the_wrong_type(tagged_corpus, tmp_path, kwargs, me
 def test_rejects_missing_input_and_single_document(tagged_corpus, tmp_path):
     _, vocab_file, _ = tagged_corpus
     with pytest.raises(ValueError, match=r"input file pattern '.*nothing-\*\.txt' matches no file"):
-        create_data.create_pretraining_data(
+        pretraining_data.create_pretraining_data(
             [str(tmp_path / "nothing-*.txt")],
             str(tmp_path / "out"),
             vocab_file=vocab_file,
@@ -343,7 +343,7 @@ def test_rejects_missing_input_and_single_document(tagged_corpus, tmp_path):
     single = tmp_path / "single.txt"
     single.write_text("d0s0 d0s0\nd0s1 d0s1\n")
     with pytest.raises(ValueError, match="hold 1 non-empty document.*at least 2"):
-        create_data.create_pretraining_data(
+        pretraining_data.create_pretraining_data(
             [str(single)],
             str(tmp_path / "out"),
             vocab_file=vocab_file,
@@ -372,7 +372,7 @@ def test_default_data_is_reused_refused_or_overwritten(tmp_path, monkeypatch):
     documents = STAND_IN_DOCUMENTS
     monkeypatch.setattr(corpus_lib, "default_corpus_documents", lambda: documents)
     arguments = STAND_IN_ARGUMENTS
-    first = create_data.create_default_pretraining_data(str(tmp_path), **arguments)
+    first = pretraining_data.create_default_pretraining_data(str(tmp_path), **arguments)
     corpus_text = open(tmp_path / "default_corpus.txt").read()
     assert [block.split("\n") for block in corpus_text.rstrip("\n").split("\n\n")] == documents
     assert first.vocab_file == str(tmp_path / "vocab.txt")
@@ -384,38 +384,42 @@ def test_default_data_is_reused_refused_or_overwritten(tmp_path, monkeypatch):
 
     with monkeypatch.context() as patch:
         patch.setattr(pretraining_data, "_create", fail)
-        again = create_data.create_default_pretraining_data(str(tmp_path), **arguments)
+        again = pretraining_data.create_default_pretraining_data(str(tmp_path), **arguments)
         assert (again.record_files, again.num_examples) == (first.record_files, first.num_examples)
         with pytest.raises(FileExistsError, match="--overwrite"):
-            create_data.create_default_pretraining_data(str(tmp_path), **{**arguments, "seed": 1})
-    other = create_data.create_default_pretraining_data(
+            pretraining_data.create_default_pretraining_data(
+                str(tmp_path), **{**arguments, "seed": 1}
+            )
+    other = pretraining_data.create_default_pretraining_data(
         str(tmp_path), **{**arguments, "seed": 1}, overwrite=True
     )
     assert other.config["seed"] == 1
 
 
 def test_worker_count_defaults_to_parallel_only_for_large_inputs():
-    threshold = create_data.PARALLEL_MIN_TOKEN_PASSES
-    cpus = create_data.default_num_workers()
-    assert create_data.choose_num_workers(None, threshold // 10 - 1, 10, num_tasks=50) == 1
-    assert create_data.choose_num_workers(None, threshold // 10, 10, num_tasks=50) == min(cpus, 50)
-    assert create_data.choose_num_workers(None, threshold, 10, num_tasks=1) == 1
-    assert create_data.choose_num_workers(3, 10, 1, num_tasks=50) == 3
-    assert create_data.choose_num_workers(3, 10, 1, num_tasks=2) == 2
+    threshold = instance_tasks.PARALLEL_MIN_TOKEN_PASSES
+    cpus = instance_tasks.default_num_workers()
+    assert instance_tasks.choose_num_workers(None, threshold // 10 - 1, 10, num_tasks=50) == 1
+    assert instance_tasks.choose_num_workers(None, threshold // 10, 10, num_tasks=50) == min(
+        cpus, 50
+    )
+    assert instance_tasks.choose_num_workers(None, threshold, 10, num_tasks=1) == 1
+    assert instance_tasks.choose_num_workers(3, 10, 1, num_tasks=50) == 3
+    assert instance_tasks.choose_num_workers(3, 10, 1, num_tasks=2) == 2
 
 
 def test_default_data_interrupted_before_its_manifest_is_redone(tmp_path, monkeypatch):
     # The manifest is written last; without it the directory's own files are regenerable.
     monkeypatch.setattr(corpus_lib, "default_corpus_documents", lambda: STAND_IN_DOCUMENTS)
     arguments = STAND_IN_ARGUMENTS
-    first = create_data.create_default_pretraining_data(str(tmp_path), **arguments)
+    first = pretraining_data.create_default_pretraining_data(str(tmp_path), **arguments)
     expected = [open(path, "rb").read() for path in first.record_files]
     os.remove(first.manifest_file)
-    again = create_data.create_default_pretraining_data(str(tmp_path), **arguments)
+    again = pretraining_data.create_default_pretraining_data(str(tmp_path), **arguments)
     assert [open(path, "rb").read() for path in again.record_files] == expected
     # A file the function did not write still makes it refuse.
     os.remove(again.manifest_file)
     (tmp_path / "notes.txt").write_text("mine")
     with pytest.raises(FileExistsError, match="overwrite=true for keras-largebatch-pretrain"):
-        create_data.create_default_pretraining_data(str(tmp_path), **arguments)
+        pretraining_data.create_default_pretraining_data(str(tmp_path), **arguments)
     assert (tmp_path / "notes.txt").read_text() == "mine"

@@ -19,6 +19,9 @@ import tensorflow as tf
 
 from keras_largebatch.bert import config as config_lib
 from keras_largebatch.bert import pretrain as pretrain_lib
+from keras_largebatch.bert import recipe as recipe_lib
+from keras_largebatch.training.plan import plan_run
+from keras_largebatch.training.run_directory import SUMMARY_FILENAME
 from tests.support.bert_records import write_records
 
 REPOSITORY = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -103,7 +106,7 @@ def test_run_reports_steps_throughput_and_metrics(uninterrupted):
     assert summary["global_steps"] == 12
     assert [phase["steps"] for phase in summary["phases"]] == [6, 6]
     assert summary["examples_per_second"] > 0
-    for key in pretrain_lib.REPORTED_METRICS:
+    for key in recipe_lib.REPORTED_METRICS:
         assert np.isfinite(summary["initial"][key]) and np.isfinite(summary["final"][key])
     with open(os.path.join(config.output_dir, "summary.json")) as stream:
         assert json.load(stream) == summary
@@ -231,13 +234,13 @@ def test_run_killed_before_its_summary_writes_it_without_training(tmp_path, reco
     _, expected = uninterrupted
     config = _config(tmp_path, records["varied"])
     pretrain_lib.pretrain(config, log=lambda line: None)
-    os.remove(os.path.join(tmp_path, pretrain_lib.SUMMARY_FILENAME))
+    os.remove(os.path.join(tmp_path, SUMMARY_FILENAME))
     lines = []
     summary = pretrain_lib.pretrain(config, log=lines.append)
     assert not any(" step " in line and "loss" in line for line in lines)
     assert summary["global_steps"] == expected["global_steps"] == 12
     assert summary["initial"] == expected["initial"] and summary["final"] == expected["final"]
-    assert os.path.exists(os.path.join(tmp_path, pretrain_lib.SUMMARY_FILENAME))
+    assert os.path.exists(os.path.join(tmp_path, SUMMARY_FILENAME))
 
 
 def test_two_replicas_equal_one_device(tmp_path, records, uninterrupted):
@@ -456,8 +459,9 @@ def test_command_line_errors_and_print_config(capsys):
 
 def test_adamw_for_comparison_excludes_the_same_variables_from_decay(tmp_path, records):
     config = _config(tmp_path, records["varied"], "optimizer.name=adamw")
-    model = pretrain_lib.build_model(config, vocabulary_size=64)
-    optimizer = pretrain_lib.build_optimizer(config.optimizer, config.phases[0], model)
+    model = recipe_lib.build_model(config, vocabulary_size=64)
+    phase = plan_run(config, num_replicas=1).phases[0]
+    optimizer = recipe_lib.build_optimizer(config.optimizer, phase, model)
     optimizer.build(model.trainable_variables)
     decayed = {v.path for v in model.trainable_variables if optimizer._use_weight_decay(v)}
     excluded = {v.path for v in model.trainable_variables} - decayed

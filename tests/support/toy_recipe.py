@@ -62,7 +62,7 @@ class ToyRegression(Recipe):
             [[1.0], [-2.0], [0.5], [3.0]], "float32"
         ) + 0.1 * random.normal(size=(NUM_EXAMPLES, 1)).astype("float32")
 
-    def prepare(self, log):
+    def prepare(self, plan, log):
         self.prepared = True
 
     def build_model(self):
@@ -74,28 +74,26 @@ class ToyRegression(Recipe):
             ]
         )
 
-    def build_optimizer(self, phase_index, model):
-        phase = self.config.phases[phase_index]
+    def build_optimizer(self, phase, model):
+        accumulation = phase.gradient_accumulation_steps
         return LAMB(
-            learning_rate=phase.learning_rate,
+            learning_rate=phase.config.learning_rate,
             weight_decay=0.01,
             record_trust_ratio=True,
-            gradient_accumulation_steps=(
-                phase.accumulation_steps() if phase.accumulation_steps() > 1 else None
-            ),
+            gradient_accumulation_steps=accumulation if accumulation > 1 else None,
         )
 
-    def compile_arguments(self, phase_index):
+    def compile_arguments(self, phase):
         return {"loss": "mean_squared_error", "metrics": ["mean_absolute_error"]}
 
-    def dataset(self, phase_index, batch_size, input_context, shuffle_seed):
+    def dataset(self, phase, batch_size, input_context, shuffle_seed):
         dataset = tf.data.Dataset.from_tensor_slices((self.features, self.targets))
         dataset = dataset.shard(input_context.num_input_pipelines, input_context.input_pipeline_id)
         if shuffle_seed is not None:
             dataset = dataset.shuffle(NUM_EXAMPLES, seed=shuffle_seed).repeat()
         return dataset.batch(batch_size, drop_remainder=True)
 
-    def evaluation_interval(self, phase_index):
+    def evaluation_interval(self, phase):
         return self.interval
 
     def evaluate(self, model):
@@ -106,8 +104,8 @@ class ToyRegression(Recipe):
     def target_reached(self, evaluation):
         return self.target_loss is not None and evaluation["loss"] <= self.target_loss
 
-    def phase_summary(self, phase_index):
-        return {"learning_rate": self.config.phases[phase_index].learning_rate}
+    def phase_summary(self, phase):
+        return {"learning_rate": phase.config.learning_rate}
 
     def summary(self):
         return {"task": "toy regression"}

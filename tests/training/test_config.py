@@ -1,9 +1,14 @@
 """The generic run config: defaults, YAML and overrides, and checks that name key and value."""
 
+import subprocess
+import sys
+
 import pytest
 
 from keras_largebatch.training import config as training_config
+from keras_largebatch.training import plan
 from tests.support.config_fields import assert_fields_documented
+from tests.support.runs import ROOT
 from tests.support.toy_recipe import ToyConfig, ToyPhase
 
 
@@ -97,19 +102,20 @@ def test_bad_values_name_the_key_and_value(tmp_path, overrides, error, message):
 def test_accumulation_derived_from_the_replicas_and_the_limit(
     global_batch_size, replicas, limit, steps
 ):
-    assert (
-        training_config.derive_accumulation_steps("phases.0", global_batch_size, replicas, limit)
-        == steps
+    assert plan.derive_accumulation_steps("phases.0", global_batch_size, replicas, limit) == steps
+    phase = plan.plan_phase(
+        training_config.PhaseConfig(global_batch_size, 1, None, limit), "phases.0", replicas
     )
-    phase = training_config.PhaseConfig(global_batch_size, 1, None, limit)
-    assert phase.resolve("phases.0", replicas) == global_batch_size // (replicas * steps)
+    assert phase.per_replica_batch_size == global_batch_size // (replicas * steps)
     assert phase.gradient_accumulation_steps == steps
 
 
 def test_an_explicit_accumulation_wins_over_the_derived_one():
     phase = training_config.PhaseConfig(1024, 1, 2, 128)  # would derive k = 1 on 8 replicas
-    assert phase.resolve("phases.0", 8) == 64 and phase.gradient_accumulation_steps == 2
-    assert training_config.PhaseConfig(1024, 1, 2).resolve("phases.0", 8) == 64
+    resolved = plan.plan_phase(phase, "phases.0", 8)
+    assert resolved.per_replica_batch_size == 64 and resolved.gradient_accumulation_steps == 2
+    unlimited = plan.plan_phase(training_config.PhaseConfig(1024, 1, 2), "phases.0", 8)
+    assert unlimited.per_replica_batch_size == 64
 
 
 @pytest.mark.parametrize(
@@ -138,7 +144,7 @@ def test_an_explicit_accumulation_wins_over_the_derived_one():
 )
 def test_an_impossible_split_names_the_numbers(phase, replicas, message):
     with pytest.raises(ValueError, match=message):
-        phase.resolve("phases.1", replicas)
+        plan.plan_phase(phase, "phases.1", replicas)
 
 
 def test_the_derived_accumulation_meets_steps_per_execution(tmp_path):
@@ -148,8 +154,8 @@ def test_the_derived_accumulation_meets_steps_per_execution(tmp_path):
     for index, limit in enumerate((4, 2)):
         overrides.append(f"phases.{index}.max_per_replica_batch_size={limit}")
     config = training_config.load_config(ToyConfig, overrides=overrides)
-    assert config.resolve(1) is config
-    assert [phase.gradient_accumulation_steps for phase in config.phases] == [2, 2]
+    resolved = plan.plan_run(config, 1)
+    assert [phase.gradient_accumulation_steps for phase in resolved.phases] == [2, 2]
     overrides[-1] = "phases.1.max_per_replica_batch_size=4"  # 4 examples: k = 1
     config = training_config.load_config(ToyConfig, overrides=overrides)
     with pytest.raises(
@@ -157,4 +163,29 @@ def test_the_derived_accumulation_meets_steps_per_execution(tmp_path):
         match=r"steps_per_execution=4 must divide log_interval x "
         r"phases.1.gradient_accumulation_steps = 2",
     ):
-        config.resolve(1)
+        plan.plan_run(config, 1)
+
+
+def test_configs_load_validate_and_print_without_tensorflow_or_keras_hub():
+    # In a fresh interpreter: every recipe's config module, a validated config, and the
+    # commands' --print_config, with no TensorFlow, keras-hub or Keras imported on the way.
+    program = """
+import contextlib, io, sys
+from keras_largebatch.bert import config as bert_config, pretrain
+from keras_largebatch.study import config as study_config
+from keras_largebatch.training import config as training_config, plan
+from keras_largebatch.vision import config as vision_config, train
+bert_config.load_config(overrides=["phases.0.max_per_replica_batch_size=8"])
+vision_config.load_config()
+study_config.preset("tiny").validate()
+for command in (pretrain, train):
+    with contextlib.redirect_stdout(io.StringIO()) as printed:
+        assert command.main(["--print_config", "phases.0.steps=700"]) == 0
+    assert "steps: 700" in printed.getvalue()
+print(sorted(m for m in ("tensorflow", "keras_hub", "keras") if m in sys.modules))
+"""
+    result = subprocess.run(
+        [sys.executable, "-c", program], capture_output=True, text=True, cwd=ROOT, timeout=120
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[]"

@@ -10,6 +10,7 @@ import sys
 import numpy as np
 import pytest
 
+from keras_largebatch.training.plan import plan_run
 from keras_largebatch.vision import config as config_lib
 from keras_largebatch.vision import fashion_mnist
 from keras_largebatch.vision import train as train_lib
@@ -265,7 +266,8 @@ def test_lars_and_sgd_leave_batch_norm_and_biases_undecayed(records):
     config = _imagenet("unused", records, "optimizer.name=sgd")
     recipe = ImageClassification(config)
     model = recipe.build_model()
-    sgd = recipe.build_optimizer(0, model)
+    phase = plan_run(config, num_replicas=1).phases[0]
+    sgd = recipe.build_optimizer(phase, model)
     sgd.build(model.trainable_variables)
     undecayed = {v.path for v in model.trainable_variables if not sgd._use_weight_decay(v)}
     # keras-hub names its batch-norm layers "..._bn"; their variables are gamma and beta.
@@ -275,7 +277,7 @@ def test_lars_and_sgd_leave_batch_norm_and_biases_undecayed(records):
     assert all(
         path.endswith("kernel") for path in {v.path for v in model.trainable_variables} - undecayed
     )
-    lars = ImageClassification(_imagenet("unused", records)).build_optimizer(0, model)
+    lars = ImageClassification(_imagenet("unused", records)).build_optimizer(phase, model)
     lars.build(model.trainable_variables)
     assert {v.path for v in model.trainable_variables if not lars._decays(v)} == undecayed
     assert {v.path for v in model.trainable_variables if not lars._adapts(v)} == undecayed
@@ -291,3 +293,17 @@ def test_imagenet_resnets_have_the_published_sizes(architecture, parameters):
 
     model = image_classifier(architecture, 1000, (224, 224, 3))
     assert sum(int(np.prod(v.shape)) for v in model.trainable_variables) == parameters
+
+
+def test_sgd_with_accumulation_is_refused_given_or_derived(records):
+    # Keras's SGD would run the MLPerf schedule once per micro-batch: refused at load when the
+    # accumulation is given, and by the plan when the replicas present derive one.
+    message = r"phases.0.gradient_accumulation_steps=2 needs optimizer.name='lars'"
+    with pytest.raises(ValueError, match=message):
+        _imagenet("unused", records, "optimizer.name=sgd", "phases.0.gradient_accumulation_steps=2")
+    config = _imagenet(
+        "unused", records, "optimizer.name=sgd", "phases.0.max_per_replica_batch_size=4"
+    )
+    with pytest.raises(ValueError, match=message):
+        plan_run(config, num_replicas=1)
+    assert plan_run(config, num_replicas=2).phases[0].gradient_accumulation_steps == 1

@@ -1,0 +1,68 @@
+"""The run's plan: the config resolved once for the replicas, the config itself left as it was."""
+
+import copy
+import dataclasses
+
+import pytest
+
+from keras_largebatch.training import plan
+from tests.support.toy_recipe import load
+
+
+def _config(*overrides):
+    return load(
+        "unused",
+        "phases.0.global_batch_size=96",
+        "phases.0.max_per_replica_batch_size=5",
+        "phases.1.global_batch_size=16",
+        "phases.1.gradient_accumulation_steps=2",
+        *overrides,
+    )
+
+
+def test_each_phase_is_resolved_for_the_replicas():
+    # Phase 0: 96 on 8 replicas, at most 5 each: 12 and 6 are too many, 96 = 8 x 4 x 3.
+    # Phase 1: 16 examples in 2 given micro-batches of 8, on 8 replicas: 1 example each.
+    first, second = plan.plan_run(_config(), 8).phases
+    assert (first.index, first.number, first.key, first.is_last) == (0, 1, "phases.0", False)
+    assert (first.global_batch_size, first.steps, first.first_global_step) == (96, 6, 0)
+    assert (first.num_replicas, first.gradient_accumulation_steps) == (8, 3)
+    assert (first.micro_batch_size, first.per_replica_batch_size) == (32, 4)
+    assert first.describe_split() == (
+        "global batch 96 = 8 replicas x 4 examples x 3 accumulation steps"
+    )
+    assert (second.number, second.is_last, second.first_global_step) == (2, True, 6)
+    assert (second.micro_batch_size, second.per_replica_batch_size) == (8, 1)
+    assert second.describe_split() == (
+        "global batch 16 = 8 replicas x 1 example x 2 accumulation steps"
+    )
+    assert second.config.learning_rate == 0.05  # the recipe's own field
+
+
+def test_the_config_is_not_changed_and_the_record_holds_the_resolved_split():
+    config = _config()
+    before = copy.deepcopy(config.to_dict())
+    run_plan = plan.plan_run(config, 8)
+    assert config.to_dict() == before
+    assert config.phases[0].gradient_accumulation_steps is None
+    assert [p["gradient_accumulation_steps"] for p in run_plan.record["phases"]] == [3, 2]
+    assert run_plan.total_steps == 12 and run_plan.num_replicas == 8
+    # The phases hold copies: changing the config afterwards changes no plan.
+    config.phases[0].steps = 100
+    assert run_plan.phases[0].steps == 6
+
+
+def test_a_plan_is_frozen():
+    phase = plan.plan_run(_config(), 8).phases[0]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        phase.gradient_accumulation_steps = 1
+
+
+def test_a_derived_accumulation_is_checked_against_the_config():
+    # log_interval 2 x k = 3 micro-batches is not a whole number of 4-step executions.
+    with pytest.raises(
+        ValueError,
+        match=r"steps_per_execution=4 must divide log_interval x "
+        r"phases.0.gradient_accumulation_steps = 6",
+    ):
+        plan.plan_run(_config("steps_per_execution=4", "phases.1.gradient_accumulation_steps=4"), 8)
