@@ -92,7 +92,11 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--size", default="mini", help="BERT size (default mini)")
     parser.add_argument(
-        "--global-batch-size", type=int, default=32, help="examples per step (default 32)"
+        "--global-batch-size",
+        "--global_batch_size",
+        type=int,
+        default=32,
+        help="examples per step (default 32)",
     )
     parser.add_argument("--steps", type=int, default=5, help="steps per timed fit call (default 5)")
     parser.add_argument("--repeats", type=int, default=5, help="timed rounds (default 5)")

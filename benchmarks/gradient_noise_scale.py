@@ -67,7 +67,9 @@ def make_trainer(strategy, batch_size, accumulation_steps, measure, steps):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--batch-size", type=int, default=256, help="global batch (default 256)")
+    parser.add_argument(
+        "--batch-size", "--batch_size", type=int, default=256, help="global batch (default 256)"
+    )
     parser.add_argument("--steps", type=int, default=100, help="steps per timed fit (default 100)")
     parser.add_argument("--repeats", type=int, default=15, help="timed rounds (default 15)")
     args = parser.parse_args(argv)

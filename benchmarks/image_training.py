@@ -1,6 +1,6 @@
 """Image training: images/s of the ImageNet input pipeline alone against the training step.
 
-    python benchmarks/image_training.py [--num_images 512] [--batch_size 64]
+    python benchmarks/image_training.py [--num-images 512] [--batch-size 64]
         [--architecture resnet50]
 
 Writes ``--num_images`` JPEGs of 256 x 320 (smooth gradients plus noise, so that they compress
@@ -97,21 +97,23 @@ def main(argv=None):
     parser = argparse.ArgumentParser(
         description=__doc__.split("\n\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter
     )
-    parser.add_argument("--num_images", type=int, default=512)
-    parser.add_argument("--num_files", type=int, default=8)
+    parser.add_argument("--num-images", "--num_images", type=int, default=512)
+    parser.add_argument("--num-files", "--num_files", type=int, default=8)
     parser.add_argument("--height", type=int, default=256, help="of the source JPEGs")
     parser.add_argument("--width", type=int, default=320, help="of the source JPEGs")
-    parser.add_argument("--image_size", type=int, default=224)
-    parser.add_argument("--batch_size", type=int, default=64)
+    parser.add_argument("--image-size", "--image_size", type=int, default=224)
+    parser.add_argument("--batch-size", "--batch_size", type=int, default=64)
     parser.add_argument("--steps", type=int, default=20, help="batches per timed round")
-    parser.add_argument("--warmup_steps", type=int, default=5)
+    parser.add_argument("--warmup-steps", "--warmup_steps", type=int, default=5)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
     parser.add_argument(
-        "--architecture", default="resnet50", choices=["resnet18", "resnet34", "resnet50"]
+        "--architecture", default="resnet50", choices=["small", "resnet18", "resnet34", "resnet50"]
     )
-    parser.add_argument("--train_steps", type=int, default=2, help="steps per timed round")
-    parser.add_argument("--train_rounds", type=int, default=3)
+    parser.add_argument(
+        "--train-steps", "--train_steps", type=int, default=2, help="steps per timed round"
+    )
+    parser.add_argument("--train-rounds", "--train_rounds", type=int, default=3)
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory() as directory:
         pattern = write_synthetic_records(

@@ -1,18 +1,20 @@
 """Examples per second of the BERT input pipeline alone, on the default corpus at seq 128.
 
-    python benchmarks/input_pipeline.py [--batch_size 32] [--steps 500] [--dynamic_masking]
+    python benchmarks/input_pipeline.py [--batch-size 32] [--steps 500] [--dynamic-masking]
 
-Creates the default pretraining data first if ``--data_dir`` lacks it (about 10 s on 2 cores;
-reused afterwards), then reads training batches with nothing consuming them and prints the
-rate. The figure bounds the input side: a training step that consumes batches more slowly than
-this is not input-bound.
+Creates the default pretraining data first if ``--data-dir`` lacks it (reused afterwards), then
+reads training batches with nothing consuming them and prints the rate as one JSON object. The
+figure bounds the input side: a training step that consumes batches more slowly than this is not
+input-bound.
 """
 
 import argparse
+import json
 
 from throughput import median_items_per_second
 
 from keras_largebatch.bert import input_pipeline, pretraining_data
+from keras_largebatch.bert.config import DEFAULT_CORPUS_DUPE_FACTOR
 
 
 def measure_examples_per_second(
@@ -24,8 +26,9 @@ def measure_examples_per_second(
     max_predictions_per_seq=20,
     dynamic_masking=False,
     vocab_file=None,
+    rounds=5,
 ):
-    """Median over 5 rounds of ``steps`` batches, after ``warmup_steps`` batches."""
+    """Median over ``rounds`` rounds of ``steps`` batches, after ``warmup_steps`` batches."""
     dataset = input_pipeline.make_pretraining_dataset(
         record_files,
         seq_length,
@@ -35,7 +38,7 @@ def measure_examples_per_second(
         dynamic_masking=dynamic_masking,
         vocabulary=vocab_file,
     )
-    return median_items_per_second(iter(dataset), batch_size, steps, warmup_steps)
+    return median_items_per_second(iter(dataset), batch_size, steps, warmup_steps, rounds)
 
 
 def main(argv=None):
@@ -43,14 +46,24 @@ def main(argv=None):
         description=__doc__.split("\n\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter
     )
     parser.add_argument(
+        "--data-dir",
         "--data_dir",
         default="runs/bert_default_data",
         help="where the default pretraining data is (or is created)",
     )
-    parser.add_argument("--batch_size", type=int, default=32)
+    parser.add_argument("--batch-size", "--batch_size", type=int, default=32)
     parser.add_argument("--steps", type=int, default=500, help="batches per timed round")
-    parser.add_argument("--warmup_steps", type=int, default=50)
+    parser.add_argument("--warmup-steps", "--warmup_steps", type=int, default=50)
+    parser.add_argument("--rounds", type=int, default=5, help="timed rounds; the median counts")
     parser.add_argument(
+        "--dupe-factor",
+        "--dupe_factor",
+        type=int,
+        default=DEFAULT_CORPUS_DUPE_FACTOR,
+        help="passes over the default corpus when its data is created",
+    )
+    parser.add_argument(
+        "--dynamic-masking",
         "--dynamic_masking",
         action="store_true",
         help="read unmasked records and mask them in the pipeline",
@@ -58,7 +71,7 @@ def main(argv=None):
     args = parser.parse_args(argv)
     data_dir = args.data_dir + ("-dynamic" if args.dynamic_masking else "")
     data = pretraining_data.create_default_pretraining_data(
-        data_dir, dynamic_masking=args.dynamic_masking
+        data_dir, dupe_factor=args.dupe_factor, dynamic_masking=args.dynamic_masking
     )
     rate = measure_examples_per_second(
         data.record_files,
@@ -67,12 +80,20 @@ def main(argv=None):
         args.warmup_steps,
         dynamic_masking=args.dynamic_masking,
         vocab_file=data.vocab_file,
+        rounds=args.rounds,
     )
-    masking = "dynamic" if args.dynamic_masking else "static"
     print(
-        f"input pipeline, seq 128, batch {args.batch_size}, {masking} masking: "
-        f"{rate:,.0f} examples/s ({data.num_examples} examples in "
-        f"{len(data.record_files)} files)"
+        json.dumps(
+            {
+                "benchmark": "input_pipeline",
+                "examples_per_second": rate,
+                "seq_length": 128,
+                "batch_size": args.batch_size,
+                "masking": "dynamic" if args.dynamic_masking else "static",
+                "num_examples": data.num_examples,
+                "files": len(data.record_files),
+            }
+        )
     )
 
 

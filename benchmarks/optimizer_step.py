@@ -24,15 +24,16 @@ import tensorflow as tf  # noqa: E402
 from keras_largebatch import LAMB, LARS  # noqa: E402
 
 
-def bert_base_shapes():
+def bert_shapes(num_layers=12, hidden_dim=768, num_heads=12):
+    """The trainable shapes of a keras-hub BertBackbone (BERT-base by default)."""
     import keras_hub
 
     backbone = keras_hub.models.BertBackbone(
         vocabulary_size=30522,
-        num_layers=12,
-        num_heads=12,
-        hidden_dim=768,
-        intermediate_dim=3072,
+        num_layers=num_layers,
+        num_heads=num_heads,
+        hidden_dim=hidden_dim,
+        intermediate_dim=4 * hidden_dim,
         max_sequence_length=512,
         num_segments=2,
     )
@@ -42,6 +43,31 @@ def bert_base_shapes():
 def resnet50_shapes():
     model = keras.applications.ResNet50(weights=None)
     return [tuple(v.shape) for v in model.trainable_variables]
+
+
+def small_resnet_shapes():
+    """The image recipe's small ResNet for 28x28 images: a quick stand-in (smoke runs)."""
+    from keras_largebatch.vision.model import image_classifier
+
+    return [tuple(v.shape) for v in image_classifier("small", 10, (28, 28, 1)).trainable_variables]
+
+
+BERT_OPTIMIZERS = {
+    "AdamW": lambda: keras.optimizers.AdamW(1e-3, weight_decay=0.01),
+    "keras.Lamb": lambda: keras.optimizers.Lamb(1e-3),
+    "LAMB": lambda: LAMB(1e-3, weight_decay=0.01),
+}
+RESNET_OPTIMIZERS = {
+    "SGD_momentum": lambda: keras.optimizers.SGD(0.1, momentum=0.9),
+    "LARS": lambda: LARS(0.1, weight_decay=1e-4),
+}
+# Model name -> (its variables' shapes, the optimizers timed on them, the baseline of the ratios).
+MODELS = {
+    "bert_base": (bert_shapes, BERT_OPTIMIZERS, "AdamW"),
+    "bert_tiny": (lambda: bert_shapes(2, 128, 2), BERT_OPTIMIZERS, "AdamW"),
+    "resnet50": (resnet50_shapes, RESNET_OPTIMIZERS, "SGD_momentum"),
+    "resnet_small": (small_resnet_shapes, RESNET_OPTIMIZERS, "SGD_momentum"),
+}
 
 
 def make_step(optimizer, shapes, jit_compile, seed=0):
@@ -99,41 +125,22 @@ def main(argv=None):
         "--repeats", type=int, default=7, help="timed rounds per configuration (default 7)"
     )
     parser.add_argument(
-        "--models", nargs="+", default=["bert_base", "resnet50"], choices=["bert_base", "resnet50"]
+        "--models",
+        nargs="+",
+        default=["bert_base", "resnet50"],
+        choices=list(MODELS),
+        help="the variables' shapes (bert_tiny and resnet_small: quick stand-ins)",
     )
     args = parser.parse_args(argv)
 
     report = {}
-    if "bert_base" in args.models:
-        shapes = bert_base_shapes()
-        report["bert_base"] = {
+    for name in args.models:
+        shapes_of, optimizers, baseline = MODELS[name]
+        shapes = shapes_of()
+        report[name] = {
             "variables": len(shapes),
             "parameters": int(sum(np.prod(s) for s in shapes)),
-            **benchmark(
-                shapes,
-                {
-                    "AdamW": lambda: keras.optimizers.AdamW(1e-3, weight_decay=0.01),
-                    "keras.Lamb": lambda: keras.optimizers.Lamb(1e-3),
-                    "LAMB": lambda: LAMB(1e-3, weight_decay=0.01),
-                },
-                "AdamW",
-                args.repeats,
-            ),
-        }
-    if "resnet50" in args.models:
-        shapes = resnet50_shapes()
-        report["resnet50"] = {
-            "variables": len(shapes),
-            "parameters": int(sum(np.prod(s) for s in shapes)),
-            **benchmark(
-                shapes,
-                {
-                    "SGD_momentum": lambda: keras.optimizers.SGD(0.1, momentum=0.9),
-                    "LARS": lambda: LARS(0.1, weight_decay=1e-4),
-                },
-                "SGD_momentum",
-                args.repeats,
-            ),
+            **benchmark(shapes, optimizers, baseline, args.repeats),
         }
     print(json.dumps(report, indent=2))
     return report

@@ -1,9 +1,9 @@
 """Pretraining throughput: LAMB against AdamW, and the input pipeline against the training step.
 
-    python benchmarks/pretraining.py [--model_size mini] [--batch_size 32] [--steps 10]
+    python benchmarks/pretraining.py [--model-size mini] [--batch-size 32] [--steps 10]
 
-On the default corpus's records at sequence length 128 (created in ``--data_dir`` if missing,
-about 30 s on 2 cores), with the pretraining command's own model, optimizers and dataset:
+On the default corpus's records at sequence length 128 (created in ``--data-dir`` if missing),
+with the pretraining command's own model, optimizers and dataset:
 
 - ``lamb_examples_per_second`` / ``adamw_examples_per_second``: training throughput of two
   copies of the same BERT (same initial weights, same batches), one compiled with
@@ -26,9 +26,10 @@ import time
 
 import keras
 import tensorflow as tf
+from throughput import median_items_per_second
 
-from keras_largebatch.bert import config as config_lib
 from keras_largebatch.bert import pretraining_data
+from keras_largebatch.bert.config import DEFAULT_CORPUS_DUPE_FACTOR, MODEL_SIZES, load_config
 from keras_largebatch.bert.recipe import BertPretraining
 from keras_largebatch.training import trainer
 from keras_largebatch.training.devices import TensorFlowDevices
@@ -45,7 +46,7 @@ def _recipe(
 ):
     """The pretraining command's recipe for one phase at sequence length 128 on the records,
     and the plan of that phase on one replica."""
-    config = config_lib.load_config(
+    config = load_config(
         overrides=[
             f"model.size={model_size or 'tiny'}",
             f"optimizer.name={optimizer_name}",
@@ -85,23 +86,15 @@ def measure_training(model_size, batch_size, record_files, vocab_file, steps, ro
 
 
 def measure_pipeline(record_files, vocab_file, batch_size, batches, deterministic):
-    """Examples/s of the phase dataset with nothing consuming it (median of 5 rounds)."""
+    """Examples/s of the phase dataset with nothing consuming it (median of 5 rounds of
+    ``batches`` batches, after 20)."""
     recipe, phase = _recipe(
         record_files, vocab_file, batch_size=batch_size, deterministic=deterministic
     )
     dataset = trainer.make_phase_dataset(
         TensorFlowDevices(tf.distribute.get_strategy()), recipe, phase
     )
-    iterator = iter(dataset)
-    for _ in range(20):
-        next(iterator)
-    rates = []
-    for _ in range(5):
-        start = time.perf_counter()
-        for _ in range(batches):
-            next(iterator)
-        rates.append(batches * batch_size / (time.perf_counter() - start))
-    return statistics.median(rates)
+    return median_items_per_second(iter(dataset), batch_size, batches, warmup_steps=20)
 
 
 def main(argv=None):
@@ -109,24 +102,43 @@ def main(argv=None):
         description=__doc__.split("\n\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter
     )
     parser.add_argument(
+        "--data-dir",
         "--data_dir",
         default="runs/bert_default_data",
         help="where the default pretraining data is (or is created)",
     )
-    parser.add_argument("--model_size", default="mini", choices=list(config_lib.MODEL_SIZES))
-    parser.add_argument("--batch_size", type=int, default=32)
+    parser.add_argument("--model-size", "--model_size", default="mini", choices=list(MODEL_SIZES))
+    parser.add_argument("--batch-size", "--batch_size", type=int, default=32)
     parser.add_argument("--steps", type=int, default=10, help="steps per timed round")
     parser.add_argument("--rounds", type=int, default=3, help="timed rounds per optimizer")
+    parser.add_argument(
+        "--pipeline-batches",
+        "--pipeline_batches",
+        type=int,
+        default=200,
+        help="batches per timed round of the input pipeline alone",
+    )
+    parser.add_argument(
+        "--dupe-factor",
+        "--dupe_factor",
+        type=int,
+        default=DEFAULT_CORPUS_DUPE_FACTOR,
+        help="passes over the default corpus when its data is created",
+    )
     args = parser.parse_args(argv)
-    data = pretraining_data.create_default_pretraining_data(args.data_dir)
+    data = pretraining_data.create_default_pretraining_data(
+        args.data_dir, dupe_factor=args.dupe_factor
+    )
     files = list(data.record_files)
     training = measure_training(
         args.model_size, args.batch_size, files, data.vocab_file, args.steps, args.rounds
     )
     pipeline = {
-        "deterministic": measure_pipeline(files, data.vocab_file, args.batch_size, 200, True),
+        "deterministic": measure_pipeline(
+            files, data.vocab_file, args.batch_size, args.pipeline_batches, True
+        ),
         "deterministic_false": measure_pipeline(
-            files, data.vocab_file, args.batch_size, 200, False
+            files, data.vocab_file, args.batch_size, args.pipeline_batches, False
         ),
     }
     print(

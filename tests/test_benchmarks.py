@@ -1,0 +1,139 @@
+"""Every script in benchmarks/ runs as a user runs it, at smoke size, and prints its figures.
+
+The scripts run in subprocesses, two at a time (the data both BERT input benchmarks read is
+created by the first of them, in one queue); each must exit 0 and print one JSON object with
+every documented key, every figure finite and positive. The figures themselves mean nothing at
+this size: the README's come from the full-size commands.
+"""
+
+import concurrent.futures
+import json
+import math
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tests.support.runs import ROOT
+
+BENCHMARKS = ROOT / "benchmarks"
+DATA = "--data-dir=bert-data"  # relative to the run's working directory
+# Script -> its smoke-size arguments and the keys its JSON must hold ("a/b": b inside a).
+SMOKE = {
+    "optimizer_step.py": (
+        ["--repeats", "1", "--models", "bert_tiny", "resnet_small"],
+        [
+            f"{model}/{key}"
+            for model, ours, baseline in (
+                ("bert_tiny", "LAMB", "AdamW"),
+                ("resnet_small", "LARS", "SGD_momentum"),
+            )
+            for key in (
+                "variables",
+                "parameters",
+                *(
+                    f"{xla}/seconds/{name}"
+                    for xla in ("xla", "no_xla")
+                    for name in (ours, baseline)
+                ),
+                *(f"{xla}/ratio_to_{baseline}/{ours}" for xla in ("xla", "no_xla")),
+            )
+        ],
+    ),
+    "distributed_step.py": (
+        ["--size", "tiny", "--global-batch-size", "4", "--steps", "1", "--repeats", "1"],
+        [
+            "seconds_per_step/1_replicas/LAMB",
+            "seconds_per_step/2_replicas/AdamW",
+            "lamb_over_adamw/1_replicas",
+            "lamb_over_adamw/2_replicas",
+        ],
+    ),
+    "gradient_noise_scale.py": (
+        ["--batch-size", "8", "--steps", "1", "--repeats", "1"],
+        [
+            "seconds_per_step/2_replicas/measured",
+            "seconds_per_step/accumulation_4/plain",
+            "measured_over_plain/2_replicas",
+            "measured_over_plain/accumulation_4",
+        ],
+    ),
+    "image_training.py": (
+        "--num-images 8 --num-files 2 --height 40 --width 48 --image-size 32 --batch-size 4 "
+        "--steps 2 --warmup-steps 1 --rounds 1 --architecture small --train-steps 1 "
+        "--train-rounds 1".split(),
+        ["pipeline_images_per_second", "training_images_per_second", "pipeline_over_training"],
+    ),
+    "input_pipeline.py": (
+        [DATA, "--dupe-factor", "1", "--batch-size", "4", "--steps", "5", "--warmup-steps", "2"]
+        + ["--rounds", "1"],
+        ["examples_per_second", "num_examples", "files"],
+    ),
+    "pretraining.py": (
+        [DATA, "--dupe-factor", "1", "--model-size", "tiny", "--batch-size", "4", "--steps", "1"]
+        + ["--rounds", "1", "--pipeline-batches", "5"],
+        [
+            "lamb_examples_per_second",
+            "adamw_examples_per_second",
+            "lamb_over_adamw",
+            "pipeline_examples_per_second/deterministic",
+            "pipeline_examples_per_second/deterministic_false",
+            "pipeline_over_training",
+        ],
+    ),
+}
+# Two queues of about equal length; the BERT input benchmarks share one, in this order.
+QUEUES = (
+    ["input_pipeline.py", "pretraining.py", "image_training.py"],
+    ["distributed_step.py", "optimizer_step.py", "gradient_noise_scale.py"],
+)
+
+
+def _run_queue(scripts, work_dir):
+    results = {}
+    for script in scripts:
+        results[script] = subprocess.run(
+            [sys.executable, str(BENCHMARKS / script), *SMOKE[script][0]],
+            capture_output=True,
+            text=True,
+            cwd=work_dir,
+            env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"),
+            timeout=600,
+        )
+    return results
+
+
+@pytest.fixture(scope="module")
+def outputs(tmp_path_factory):
+    work_dir = tmp_path_factory.mktemp("benchmarks")
+    with concurrent.futures.ThreadPoolExecutor(len(QUEUES)) as pool:
+        queues = pool.map(lambda scripts: _run_queue(scripts, work_dir), QUEUES)
+        return {script: result for queue in queues for script, result in queue.items()}
+
+
+def _figures(value, path=""):
+    """Every number in a JSON value, with its path."""
+    if isinstance(value, dict):
+        return [f for key, item in value.items() for f in _figures(item, f"{path}{key}/")]
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return [(path.rstrip("/"), value)]
+    return []
+
+
+def test_every_benchmark_is_smoke_tested():
+    scripts = sorted(path.name for path in BENCHMARKS.glob("*.py") if path.name != "throughput.py")
+    assert scripts == sorted(SMOKE)
+    assert sorted(script for queue in QUEUES for script in queue) == sorted(SMOKE)
+
+
+@pytest.mark.parametrize("script", sorted(SMOKE))
+def test_the_benchmark_prints_its_figures(outputs, script):
+    result = outputs[script]
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = json.loads(result.stdout)
+    figures = dict(_figures(report))
+    missing = [key for key in SMOKE[script][1] if key not in figures]
+    assert not missing, (missing, sorted(figures))
+    bad = {key: value for key, value in figures.items() if not (math.isfinite(value) and value > 0)}
+    assert not bad, bad
