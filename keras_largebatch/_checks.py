@@ -126,3 +126,20 @@ def check_warmup_decay(
             f"{key}end_learning_rate must be in [0, peak_learning_rate={peak_learning_rate}], "
             f"got {end_learning_rate}"
         )
+
+
+def check_warmup_epochs(warmup_epochs, steps_per_epoch, total_steps, key="", total_name=None):
+    """Checks that a warmup of ``warmup_epochs`` epochs of ``steps_per_epoch`` steps ends
+    before the ``total_steps`` (`keras_largebatch.schedules.LarsMLPerfSchedule`, and the image
+    recipe's phases). ``key`` prefixes the arguments' names; ``total_name`` names the total
+    (default ``{key}total_steps``)."""
+    total_name = total_name or f"{key}total_steps"
+    check_number(f"{key}steps_per_epoch", steps_per_epoch, low=0, low_open=True)
+    check_number(f"{key}warmup_epochs", warmup_epochs, low=0)
+    check_number(total_name, total_steps, low=0, low_open=True)
+    warmup_steps = warmup_epochs * steps_per_epoch
+    if not warmup_steps < total_steps:
+        raise ValueError(
+            f"{key}warmup_epochs * steps_per_epoch must be < {total_name}, got "
+            f"{warmup_epochs} * {steps_per_epoch} = {warmup_steps} >= {total_name}={total_steps}"
+        )

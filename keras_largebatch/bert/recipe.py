@@ -62,8 +62,8 @@ class BertPretraining(Recipe):
     def dataset(self, phase, batch_size, input_context, shuffle_seed):
         return input_pipeline.make_pretraining_dataset(
             self.record_files[phase.index],
-            phase.config.seq_length,
-            phase.config.max_predictions_per_seq,
+            phase.settings.seq_length,
+            phase.settings.max_predictions_per_seq,
             batch_size,
             is_training=shuffle_seed is not None,
             input_context=input_context,
@@ -72,7 +72,7 @@ class BertPretraining(Recipe):
         )
 
     def phase_summary(self, phase):
-        return {"seq_length": phase.config.seq_length}
+        return {"seq_length": phase.settings.seq_length}
 
     def summary(self):
         return {"model_size": self.config.model.size, "optimizer": self.config.optimizer.name}
@@ -102,7 +102,7 @@ def build_optimizer(optimizer_config, phase, model):
     """A fresh optimizer for one phase (a `keras_largebatch.training.plan.PhasePlan`), with its
     warmup + polynomial-decay schedule: LAMB (`keras_largebatch.LAMB`), or Keras's AdamW with
     the same weight-decay exclusions (`keras_largebatch.training.optimizer_factory`)."""
-    settings = phase.config
+    settings = phase.settings
     schedule = WarmupPolynomialDecay(
         peak_learning_rate=settings.peak_learning_rate,
         total_steps=phase.steps,

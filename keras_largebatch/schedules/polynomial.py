@@ -3,7 +3,7 @@
 import keras
 from keras import ops
 
-from keras_largebatch._checks import check_number, check_warmup_decay
+from keras_largebatch._checks import check_warmup_decay, check_warmup_epochs
 from keras_largebatch.schedules.warmup import warmup_ramp
 
 
@@ -167,17 +167,14 @@ class LarsMLPerfSchedule(keras.optimizers.schedules.LearningRateSchedule):
         power=2.0,
     ):
         super().__init__()
-        check_number("steps_per_epoch", steps_per_epoch, low=0, low_open=True)
-        check_number("warmup_epochs", warmup_epochs, low=0)
-        check_number("total_steps", total_steps, low=0, low_open=True)
-        warmup_steps = warmup_epochs * steps_per_epoch
-        if not warmup_steps < total_steps:
-            raise ValueError(
-                "warmup_epochs * steps_per_epoch must be < total_steps, got "
-                f"{warmup_epochs} * {steps_per_epoch} = {warmup_steps} >= "
-                f"total_steps={total_steps}"
-            )
-        check_warmup_decay(peak_learning_rate, warmup_steps, total_steps, end_learning_rate, power)
+        check_warmup_epochs(warmup_epochs, steps_per_epoch, total_steps)
+        check_warmup_decay(
+            peak_learning_rate,
+            warmup_epochs * steps_per_epoch,
+            total_steps,
+            end_learning_rate,
+            power,
+        )
         self.peak_learning_rate = peak_learning_rate
         self.steps_per_epoch = steps_per_epoch
         self.warmup_epochs = warmup_epochs

@@ -93,9 +93,8 @@ def create_optimizer(
 
 def excluded_variables(exclude_from_weight_decay, variables):
     """The ``variables`` that the exclusion rule ``exclude_from_weight_decay`` excludes."""
-    if exclude_from_weight_decay is not None and not callable(exclude_from_weight_decay):
-        if not list(exclude_from_weight_decay):
-            return []
+    if isinstance(exclude_from_weight_decay, (list, tuple)) and not exclude_from_weight_decay:
+        return []
     if variables is None:
         raise ValueError(
             f"exclude_from_weight_decay={exclude_from_weight_decay!r} excludes variables by "

@@ -5,14 +5,16 @@ global batch, the replicas, the micro-batch and the gradient accumulation steps:
 gives ``max_per_replica_batch_size`` and leaves ``gradient_accumulation_steps`` null gets the
 fewest micro-batches whose per-replica share fits (`derive_accumulation_steps`), so one config
 accumulates on 8 cores and not on 2,048. The user's config object is never changed: each
-`PhasePlan` holds its own copy of the phase's settings, and the plan is frozen.
+`PhasePlan` holds its own copy of the phase's settings, and the plans are frozen dataclasses
+(shallowly: a phase's ``settings`` and the run's ``record`` are plain copies, not to be
+changed).
 
 ::
 
     plan = plan_run(config, num_replicas=8)
     phase = plan.phases[0]
     phase.micro_batch_size, phase.per_replica_batch_size, phase.gradient_accumulation_steps
-    phase.config.peak_learning_rate       # the recipe's own settings of the phase
+    phase.settings.peak_learning_rate     # the recipe's own settings of the phase
     plan.record                           # the config as run_config.json records it
 """
 
@@ -27,7 +29,7 @@ class PhasePlan:
 
     index: int  # position in the run's phases, from 0
     num_phases: int  # phases of the run
-    config: Any  # a copy of the phase's config (a `config.PhaseConfig` of the recipe's class)
+    settings: Any  # a copy of the phase's config (a `config.PhaseConfig` of the recipe's class)
     num_replicas: int  # replicas each micro-batch is split over
     gradient_accumulation_steps: int  # micro-batches per optimizer step
     first_global_step: int  # optimizer steps of the phases before this one
@@ -49,12 +51,12 @@ class PhasePlan:
     @property
     def steps(self):
         """Optimizer steps of the phase."""
-        return self.config.steps
+        return self.settings.steps
 
     @property
     def global_batch_size(self):
         """Examples per optimizer step, over all replicas."""
-        return self.config.global_batch_size
+        return self.settings.global_batch_size
 
     @property
     def micro_batch_size(self):
@@ -92,35 +94,37 @@ def plan_run(config, num_replicas):
     """The `RunPlan` of ``config`` (a validated `config.RunConfig`) on ``num_replicas``
     replicas; ``config`` is not changed.
 
+    Every phase's split is checked against the config's limits here
+    (`RunConfig.check_accumulation`), its accumulation given or derived, so that a config
+    built or changed in Python cannot train a batch other than the one it names.
+
     Raises:
-        ValueError: a phase's batch does not split over the replicas (`plan_phase`), or a
-            derived accumulation breaks a limit of the config (`RunConfig.check_accumulation`).
+        ValueError: a phase's batch does not split over the replicas (`plan_phase`), or its
+            accumulation breaks a limit of the config.
     """
     record = config.to_dict()
     phases = []
     first_global_step = 0
     for index, phase_config in enumerate(config.phases):
-        key = f"phases.{index}"
-        phase = plan_phase(
-            phase_config, key, num_replicas, index, len(config.phases), first_global_step
-        )
-        if phase_config.gradient_accumulation_steps is None:
-            config.check_accumulation(key, phase_config, phase.gradient_accumulation_steps)
+        phase = plan_phase(phase_config, num_replicas, index, len(config.phases), first_global_step)
+        config.check_accumulation(phase.key, phase_config, phase.gradient_accumulation_steps)
         record["phases"][index]["gradient_accumulation_steps"] = phase.gradient_accumulation_steps
         phases.append(phase)
         first_global_step += phase.steps
     return RunPlan(phases=tuple(phases), num_replicas=num_replicas, record=record)
 
 
-def plan_phase(phase_config, key, num_replicas, index=0, num_phases=1, first_global_step=0):
-    """The `PhasePlan` of one phase's config (at config path ``key``) on ``num_replicas``
-    replicas: ``gradient_accumulation_steps`` as given, or derived (`derive_accumulation_steps`).
+def plan_phase(phase_config, num_replicas, index=0, num_phases=1, first_global_step=0):
+    """The `PhasePlan` of one phase's config (``phases[index]`` of ``num_phases``, after
+    ``first_global_step`` steps of the phases before it) on ``num_replicas`` replicas:
+    ``gradient_accumulation_steps`` as given, or derived (`derive_accumulation_steps`).
 
     Raises:
         ValueError: no accumulation splits the batch within ``max_per_replica_batch_size``, the
             micro-batch does not divide over the replicas, or a given accumulation leaves more
             than ``max_per_replica_batch_size`` examples per replica.
     """
+    key = f"phases.{index}"
     global_batch_size = phase_config.global_batch_size
     limit = phase_config.max_per_replica_batch_size
     accumulation = phase_config.gradient_accumulation_steps
@@ -144,7 +148,7 @@ def plan_phase(phase_config, key, num_replicas, index=0, num_phases=1, first_glo
     return PhasePlan(
         index=index,
         num_phases=num_phases,
-        config=copy.deepcopy(phase_config),
+        settings=copy.deepcopy(phase_config),
         num_replicas=num_replicas,
         gradient_accumulation_steps=accumulation,
         first_global_step=first_global_step,

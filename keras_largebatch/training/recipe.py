@@ -9,8 +9,8 @@ positions the data at the step it resumes from, trains logging windows, and writ
 checkpoints, TensorBoard scalars and the summary. Each per-phase method receives the phase's
 plan, a frozen `training.plan.PhasePlan`: its resolved batch split (``global_batch_size``,
 ``num_replicas``, ``micro_batch_size``, ``per_replica_batch_size``,
-``gradient_accumulation_steps``), ``steps``, ``index`` and ``config``, a copy of the phase's
-settings with the recipe's own fields. The trainer knows nothing of the task beyond these
+``gradient_accumulation_steps``), ``steps``, ``index`` and ``settings``, a copy of the
+phase's config with the recipe's own fields. The trainer knows nothing of the task beyond these
 methods; the recipe knows nothing of checkpoints, resume or logging.
 """
 

@@ -35,16 +35,16 @@ class RunDirectory:
 
     Args:
         config: the run's config; not changed.
-        run_config: the config as ``run_config.json`` records it (what a rerun must match to
-            resume), as plain data: the trainer's plan, with every phase's accumulation
+        recorded_config: the config as ``run_config.json`` records it (what a rerun must match
+            to resume), as plain data: the trainer's plan, with every phase's accumulation
             resolved (`training.plan.RunPlan.record`). None: ``config.to_dict()``.
         writes: False on the workers of a multi-worker run other than the chief: they read
             the state but write no checkpoint, log or summary.
     """
 
-    def __init__(self, config, run_config=None, writes=True):
+    def __init__(self, config, recorded_config=None, writes=True):
         self.config = config
-        self.recorded_config = run_config if run_config is not None else config.to_dict()
+        self.recorded_config = recorded_config if recorded_config is not None else config.to_dict()
         self.output_dir = config.output_dir
         self.checkpoint_dir = config.checkpoint_dir or os.path.join(
             config.output_dir, "checkpoints"

@@ -44,7 +44,7 @@ def train(config, recipe, callbacks=(), log=None):
 
 class Trainer:
     """Runs one recipe's run; what lives as long as the run (devices, plan, run directory,
-    model, summary) lives here.
+    model, summary) lives here, set by `train`, which runs once per `Trainer`.
 
     Args:
         config: the run's config (a validated `config.RunConfig`: `config.load_config`
@@ -88,7 +88,7 @@ class Trainer:
         self.devices = create_devices(self.config.strategy)
         self.plan = plan_run(self.config, self.devices.num_replicas)
         self.run_directory = RunDirectory(
-            self.config, run_config=self.plan.record, writes=self.devices.writes
+            self.config, recorded_config=self.plan.record, writes=self.devices.writes
         )
         state = self.run_directory.claim()
         if state is not None and state["complete"] and self.run_directory.has_summary():

@@ -75,6 +75,7 @@ class PhaseConfig(training_config.PhaseConfig):
     def validate(self, key):
         super().validate(key)
         _checks.check_number(f"{key}.warmup_epochs", self.warmup_epochs, low=0)
+        # The warmup against the steps needs the epoch's length: `TrainConfig.validate`.
 
 
 @dataclasses.dataclass
@@ -183,22 +184,20 @@ class TrainConfig(training_config.RunConfig):
                 f"{self.model.num_classes}"
             )
         for index, phase in enumerate(self.phases):
-            key = f"phases.{index}"
-            warmup_steps = phase.warmup_epochs * self.num_train_examples() / phase.global_batch_size
-            if not warmup_steps < phase.steps:
-                raise ValueError(
-                    f"{key}.warmup_epochs={phase.warmup_epochs} is {warmup_steps:g} steps, which "
-                    f"must be < {key}.steps={phase.steps}"
-                )
+            key = f"phases.{index}."
+            steps_per_epoch = self.num_train_examples() / phase.global_batch_size
+            _checks.check_warmup_epochs(
+                phase.warmup_epochs, steps_per_epoch, phase.steps, key, f"{key}steps"
+            )
             _checks.check_warmup_decay(
                 phase.peak_learning_rate,
-                warmup_steps,
+                phase.warmup_epochs * steps_per_epoch,
                 phase.steps,
                 phase.end_learning_rate,
                 phase.power,
-                key=f"{key}.",
-                warmup_name=f"{key}.warmup_epochs x steps per epoch",
-                total_name=f"{key}.steps",
+                key=key,
+                warmup_name=f"{key}warmup_epochs * steps_per_epoch",
+                total_name=f"{key}steps",
             )
         return self
 

@@ -68,7 +68,7 @@ class ImageClassification(Recipe):
     def build_optimizer(self, phase, model):
         """LARS, or Keras's SGD with momentum, excluding the same variables from weight decay
         (LARS's default rule: batch-norm parameters and biases)."""
-        settings, optimizer = phase.config, self.config.optimizer
+        settings, optimizer = phase.settings, self.config.optimizer
         schedule = LarsMLPerfSchedule(
             peak_learning_rate=settings.peak_learning_rate,
             steps_per_epoch=self.config.num_train_examples() / phase.global_batch_size,

@@ -77,7 +77,7 @@ class ToyRegression(Recipe):
     def build_optimizer(self, phase, model):
         accumulation = phase.gradient_accumulation_steps
         return LAMB(
-            learning_rate=phase.config.learning_rate,
+            learning_rate=phase.settings.learning_rate,
             weight_decay=0.01,
             record_trust_ratio=True,
             gradient_accumulation_steps=accumulation if accumulation > 1 else None,
@@ -105,7 +105,7 @@ class ToyRegression(Recipe):
         return self.target_loss is not None and evaluation["loss"] <= self.target_loss
 
     def phase_summary(self, phase):
-        return {"learning_rate": phase.config.learning_rate}
+        return {"learning_rate": phase.settings.learning_rate}
 
     def summary(self):
         return {"task": "toy regression"}

@@ -104,7 +104,7 @@ def test_accumulation_derived_from_the_replicas_and_the_limit(
 ):
     assert plan.derive_accumulation_steps("phases.0", global_batch_size, replicas, limit) == steps
     phase = plan.plan_phase(
-        training_config.PhaseConfig(global_batch_size, 1, None, limit), "phases.0", replicas
+        training_config.PhaseConfig(global_batch_size, 1, None, limit), replicas
     )
     assert phase.per_replica_batch_size == global_batch_size // (replicas * steps)
     assert phase.gradient_accumulation_steps == steps
@@ -112,9 +112,9 @@ def test_accumulation_derived_from_the_replicas_and_the_limit(
 
 def test_an_explicit_accumulation_wins_over_the_derived_one():
     phase = training_config.PhaseConfig(1024, 1, 2, 128)  # would derive k = 1 on 8 replicas
-    resolved = plan.plan_phase(phase, "phases.0", 8)
+    resolved = plan.plan_phase(phase, 8)
     assert resolved.per_replica_batch_size == 64 and resolved.gradient_accumulation_steps == 2
-    unlimited = plan.plan_phase(training_config.PhaseConfig(1024, 1, 2), "phases.0", 8)
+    unlimited = plan.plan_phase(training_config.PhaseConfig(1024, 1, 2), 8)
     assert unlimited.per_replica_batch_size == 64
 
 
@@ -144,7 +144,7 @@ def test_an_explicit_accumulation_wins_over_the_derived_one():
 )
 def test_an_impossible_split_names_the_numbers(phase, replicas, message):
     with pytest.raises(ValueError, match=message):
-        plan.plan_phase(phase, "phases.1", replicas)
+        plan.plan_phase(phase, replicas, index=1)
 
 
 def test_the_derived_accumulation_meets_steps_per_execution(tmp_path):

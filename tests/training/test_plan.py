@@ -36,7 +36,7 @@ def test_each_phase_is_resolved_for_the_replicas():
     assert second.describe_split() == (
         "global batch 16 = 8 replicas x 1 example x 2 accumulation steps"
     )
-    assert second.config.learning_rate == 0.05  # the recipe's own field
+    assert second.settings.learning_rate == 0.05  # the recipe's own field
 
 
 def test_the_config_is_not_changed_and_the_record_holds_the_resolved_split():
@@ -66,3 +66,15 @@ def test_a_derived_accumulation_is_checked_against_the_config():
         r"phases.0.gradient_accumulation_steps = 6",
     ):
         plan.plan_run(_config("steps_per_execution=4", "phases.1.gradient_accumulation_steps=4"), 8)
+
+
+def test_a_config_changed_in_python_cannot_plan_another_batch_than_it_names():
+    # Checked at load too; a config changed afterwards is checked again by the plan.
+    config = _config()
+    config.phases[1].gradient_accumulation_steps = 3  # 16 examples in 3 micro-batches
+    with pytest.raises(
+        ValueError,
+        match=r"phases.1.global_batch_size=16 must be divisible by "
+        r"phases.1.gradient_accumulation_steps=3",
+    ):
+        plan.plan_run(config, 8)

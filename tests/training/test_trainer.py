@@ -213,12 +213,12 @@ def test_per_replica_batch_size_with_accumulation():
             "unused", "phases.0.global_batch_size=32", "phases.0.gradient_accumulation_steps=4"
         ).phases[0]
 
-    assert plan_phase(phase(), "phases.0", 2).per_replica_batch_size == 4
-    assert plan_phase(phase(), "phases.0", 8).per_replica_batch_size == 1
+    assert plan_phase(phase(), 2).per_replica_batch_size == 4
+    assert plan_phase(phase(), 8).per_replica_batch_size == 1
     with pytest.raises(
         ValueError, match="8 examples per micro-batch must be divisible by the 16 replicas"
     ):
-        plan_phase(phase(), "phases.0", 16)
+        plan_phase(phase(), 16)
 
 
 def test_a_derived_accumulation_trains_as_the_explicit_one(tmp_path):
