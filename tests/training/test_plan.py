@@ -71,10 +71,10 @@ def test_a_derived_accumulation_is_checked_against_the_config():
 def test_a_config_changed_in_python_cannot_plan_another_batch_than_it_names():
     # Checked at load too; a config changed afterwards is checked again by the plan.
     config = _config()
-    config.phases[1].gradient_accumulation_steps = 3  # 16 examples in 3 micro-batches
+    config.phases[1].gradient_accumulation_steps = 3  # 16 examples in 3 micro-batches, on 1 replica
     with pytest.raises(
         ValueError,
         match=r"phases.1.global_batch_size=16 must be divisible by "
         r"phases.1.gradient_accumulation_steps=3",
     ):
-        plan.plan_run(config, 8)
+        plan.plan_run(config, 1)
