@@ -11,10 +11,9 @@ input-bound.
 import argparse
 import json
 
-from throughput import median_items_per_second
+from throughput import add_default_data_arguments, median_items_per_second
 
 from keras_largebatch.bert import input_pipeline, pretraining_data
-from keras_largebatch.bert.config import DEFAULT_CORPUS_DUPE_FACTOR
 
 
 def measure_examples_per_second(
@@ -45,23 +44,11 @@ def main(argv=None):
     parser = argparse.ArgumentParser(
         description=__doc__.split("\n\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter
     )
-    parser.add_argument(
-        "--data-dir",
-        "--data_dir",
-        default="runs/bert_default_data",
-        help="where the default pretraining data is (or is created)",
-    )
+    add_default_data_arguments(parser)
     parser.add_argument("--batch-size", "--batch_size", type=int, default=32)
     parser.add_argument("--steps", type=int, default=500, help="batches per timed round")
     parser.add_argument("--warmup-steps", "--warmup_steps", type=int, default=50)
     parser.add_argument("--rounds", type=int, default=5, help="timed rounds; the median counts")
-    parser.add_argument(
-        "--dupe-factor",
-        "--dupe_factor",
-        type=int,
-        default=DEFAULT_CORPUS_DUPE_FACTOR,
-        help="passes over the default corpus when its data is created",
-    )
     parser.add_argument(
         "--dynamic-masking",
         "--dynamic_masking",

@@ -1,6 +1,27 @@
-"""The timing loop the input-pipeline benchmarks share: items per second of an iterator."""
+"""What the input benchmarks share: the timing loop (items per second of an iterator) and the
+options of the default corpus's data they read."""
 
 import time
+
+from keras_largebatch.bert.config import DEFAULT_CORPUS_DUPE_FACTOR
+
+
+def add_default_data_arguments(parser):
+    """``--data-dir`` (where the default corpus's records are, or are created) and
+    ``--dupe-factor`` (its passes over the corpus when created)."""
+    parser.add_argument(
+        "--data-dir",
+        "--data_dir",
+        default="runs/bert_default_data",
+        help="where the default pretraining data is (or is created)",
+    )
+    parser.add_argument(
+        "--dupe-factor",
+        "--dupe_factor",
+        type=int,
+        default=DEFAULT_CORPUS_DUPE_FACTOR,
+        help="passes over the default corpus when its data is created",
+    )
 
 
 def median_items_per_second(iterator, items_per_batch, steps, warmup_steps, rounds=5):
