@@ -7,6 +7,7 @@ The trainer talks to one object, made by `create_devices` from the run's ``strat
     devices.writes                   # False on the non-chief workers: they write no file
     with devices.scope():            # build, compile, load and fit inside it
         model = ...
+        devices.prepare_fit(model)   # after compile
         model.fit(devices.distribute(dataset_fn), ...)
     devices.describe()               # backend, kind, replicas, workers, devices: for the summary
 
@@ -61,6 +62,11 @@ class TensorFlowDevices:
         """The distributed dataset of ``dataset_fn(input_context)``, called per input pipeline."""
         return self.strategy.distribute_datasets_from_function(dataset_fn)
 
+    def prepare_fit(self, model):
+        """Readies a compiled ``model`` for `fit` on these devices: several steps per execution
+        under a mirrored strategy (`keras_largebatch.distribute.unroll_steps_per_execution`)."""
+        distribute.unroll_steps_per_execution(model)
+
     def describe(self):
         """``backend`` and the `keras_largebatch.distribute.describe_strategy` fields."""
         return {"backend": self.backend, **distribute.describe_strategy(self.strategy)}
@@ -108,6 +114,9 @@ class JaxDevices:
                 num_input_pipelines=1, input_pipeline_id=0, num_replicas_in_sync=1
             )
         )
+
+    def prepare_fit(self, model):
+        """Nothing to ready: Keras's JAX train function runs several steps per execution."""
 
     def describe(self):
         return {

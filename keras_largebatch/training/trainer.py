@@ -165,6 +165,7 @@ class Trainer:
             **self.recipe.compile_arguments(phase),
         )
         optimizer.build(self.model.trainable_variables)
+        self.devices.prepare_fit(self.model)
         if checkpoint is not None:
             self.model.load_weights(checkpoint)
         self.log(
