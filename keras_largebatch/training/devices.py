@@ -116,7 +116,7 @@ class JaxDevices:
         )
 
     def prepare_fit(self, model):
-        """Nothing to ready: Keras's JAX train function runs several steps per execution."""
+        """Nothing to ready on JAX (the mirrored-strategy fault is TensorFlow's)."""
 
     def describe(self):
         return {
