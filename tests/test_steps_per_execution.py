@@ -1,91 +1,73 @@
 """Several steps per execution under mirrored strategies: the unrolled train function of
 `keras_largebatch.distribute.unroll_steps_per_execution` gives the weights and logs of single
-steps, where Keras's own multi-step function fails (keras-team/keras issue #19246)."""
+steps, where Keras's own multi-step function fails (keras-team/keras issue #19246).
 
-import keras
+Collective all-reduce (MirroredStrategy's default, on which Keras's function fails) runs in a
+fresh process (`tests.support.mirrored_steps`): its group keys are per strategy, so in this
+session, which makes other mirrored strategies, their instances would collide."""
+
+import json
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 import tensorflow as tf
 
-from keras_largebatch import LAMB, LARS
 from keras_largebatch.distribute import unroll_steps_per_execution
 from keras_largebatch.training import trainer
+from tests.support.mirrored_steps import DEVICES, differences, fit
 from tests.support.multiworker import run_multi_worker
-from tests.support.regression import build_model, regression_data
+from tests.support.regression import build_model
+from tests.support.runs import ROOT
 from tests.support.toy_recipe import ToyRegression, load
 
-DEVICES = ["/cpu:0", "/cpu:1"]
-CROSS_DEVICE_OPS = {
-    "collective": lambda: None,  # MirroredStrategy's default, the one Keras's function fails on
-    "hierarchical_copy": tf.distribute.HierarchicalCopyAllReduce,
-    "one_device": tf.distribute.ReductionToOneDevice,
-}
-OPTIMIZERS = {
-    "LAMB": lambda accumulation: LAMB(
-        0.02, weight_decay=0.01, gradient_accumulation_steps=accumulation
-    ),
-    "LARS": lambda accumulation: LARS(
-        0.5, weight_decay=1e-4, gradient_accumulation_steps=accumulation
-    ),
-    "SGD": lambda accumulation: keras.optimizers.SGD(
-        0.01, momentum=0.9, gradient_accumulation_steps=accumulation
-    ),
-}
+# (optimizer, gradient accumulation steps) on collective all-reduce; Keras's SGD too, since
+# Keras's own optimizers meet the same failure.
+COLLECTIVE_CASES = [("LAMB", None), ("LAMB", 2), ("LARS", 2), ("SGD", None)]
 
 
-def _fit(strategy, optimizer, accumulation, steps_per_execution):
-    """Weights and history of 2 epochs of 8 steps of the seeded regression at batch 8."""
-    features, targets = regression_data(64)
-    with strategy.scope():
-        keras.utils.set_random_seed(0)
-        model = build_model()
-        model.compile(
-            optimizer=OPTIMIZERS[optimizer](accumulation),
-            loss="mean_squared_error",
-            metrics=["mean_absolute_error"],
-            steps_per_execution=steps_per_execution,
-        )
-    unroll_steps_per_execution(model)
-    dataset = tf.data.Dataset.from_tensor_slices((features, targets)).batch(8).repeat()
-    history = model.fit(
-        strategy.experimental_distribute_dataset(dataset), epochs=2, steps_per_epoch=8, verbose=0
+@pytest.fixture(scope="module")
+def collective():
+    result = subprocess.run(
+        [sys.executable, "-m", "tests.support.mirrored_steps", json.dumps(COLLECTIVE_CASES)],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=300,
     )
-    return [variable.numpy() for variable in model.weights], history.history
+    assert result.returncode == 0, result.stderr[-3000:]
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("optimizer, accumulation", COLLECTIVE_CASES)
+def test_collective_all_reduce_runs_four_steps_per_execution_as_single_steps(
+    collective, optimizer, accumulation
+):
+    difference = collective[f"{optimizer}/{accumulation}"]
+    assert difference["weights"] <= 1e-6 and difference["logs"] <= 1e-5, difference
 
 
 @pytest.mark.parametrize(
     "cross_device_ops, optimizer, accumulation",
     [
-        ("collective", "LAMB", None),
-        ("collective", "LAMB", 2),
-        ("collective", "LARS", 2),
-        ("collective", "SGD", None),  # Keras's own optimizers meet the same failure
-        ("hierarchical_copy", "LAMB", 2),
-        ("one_device", "LARS", None),
+        (tf.distribute.HierarchicalCopyAllReduce, "LAMB", 2),
+        (tf.distribute.ReductionToOneDevice, "LARS", None),
     ],
 )
-def test_four_steps_per_execution_equal_four_single_steps(
+def test_other_reductions_run_four_steps_per_execution_as_single_steps(
     cross_device_ops, optimizer, accumulation
 ):
-    def strategy():
-        ops = CROSS_DEVICE_OPS[cross_device_ops]()
-        return tf.distribute.MirroredStrategy(DEVICES, cross_device_ops=ops)
-
-    single, single_logs = _fit(strategy(), optimizer, accumulation, 1)
-    unrolled, unrolled_logs = _fit(strategy(), optimizer, accumulation, 4)
-    assert len(single) > 4
-    for expected, value in zip(single, unrolled):
-        np.testing.assert_allclose(value, expected, rtol=1e-6, atol=1e-7)
-    assert unrolled_logs.keys() == single_logs.keys()
-    for name in single_logs:
-        np.testing.assert_allclose(unrolled_logs[name], single_logs[name], rtol=1e-6)
+    strategy = tf.distribute.MirroredStrategy(DEVICES, cross_device_ops=cross_device_ops())
+    difference = differences(strategy, optimizer, accumulation)
+    assert difference["weights"] <= 1e-6 and difference["logs"] <= 1e-5, difference
 
 
 def test_other_strategies_and_single_steps_keep_keras_s_function():
-    for strategy, steps in (
-        (tf.distribute.get_strategy(), 4),
-        (tf.distribute.MirroredStrategy(DEVICES), 1),
-    ):
+    one_device = tf.distribute.MirroredStrategy(
+        DEVICES, cross_device_ops=tf.distribute.ReductionToOneDevice()
+    )
+    for strategy, steps in ((tf.distribute.get_strategy(), 4), (one_device, 1)):
         with strategy.scope():
             model = build_model()
             model.compile(optimizer="sgd", loss="mse", steps_per_execution=steps)
@@ -96,7 +78,7 @@ def train_on_workers(strategy):
     """On each of 2 workers: single steps and 2 steps per execution, from the same weights."""
     results = {}
     for steps in (1, 2):
-        weights, _ = _fit(strategy, "LAMB", 2, steps)
+        weights, _ = fit(strategy, "LAMB", 2, steps)
         results.update({f"steps{steps}/{index}": value for index, value in enumerate(weights)})
     return results
 

@@ -1,0 +1,78 @@
+"""Fits of tests/test_steps_per_execution.py, and its collective all-reduce runs in a fresh
+process: collective all-reduce keys its groups per strategy, so in a process that already made
+other mirrored strategies (the test session) their instances collide.
+
+    python -m tests.support.mirrored_steps '[["LAMB", null], ...]'
+
+prints, per (optimizer, accumulation), the largest differences of weights and logs between 4
+steps per execution (unrolled) and single steps, on one collective MirroredStrategy over 2
+logical CPUs.
+"""
+
+import json
+import sys
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from keras_largebatch import LAMB, LARS
+from keras_largebatch.distribute import configure_logical_cpus, unroll_steps_per_execution
+from tests.support.regression import build_model, regression_data
+
+DEVICES = ["/cpu:0", "/cpu:1"]
+OPTIMIZERS = {
+    "LAMB": lambda accumulation: LAMB(
+        0.02, weight_decay=0.01, gradient_accumulation_steps=accumulation
+    ),
+    "LARS": lambda accumulation: LARS(
+        0.5, weight_decay=1e-4, gradient_accumulation_steps=accumulation
+    ),
+    "SGD": lambda accumulation: keras.optimizers.SGD(
+        0.01, momentum=0.9, gradient_accumulation_steps=accumulation
+    ),
+}
+
+
+def fit(strategy, optimizer, accumulation, steps_per_execution):
+    """Weights and history of 2 epochs of 8 steps of the seeded regression at batch 8."""
+    features, targets = regression_data(64)
+    with strategy.scope():
+        keras.utils.set_random_seed(0)
+        model = build_model()
+        model.compile(
+            optimizer=OPTIMIZERS[optimizer](accumulation),
+            loss="mean_squared_error",
+            metrics=["mean_absolute_error"],
+            steps_per_execution=steps_per_execution,
+        )
+    unroll_steps_per_execution(model)
+    dataset = tf.data.Dataset.from_tensor_slices((features, targets)).batch(8).repeat()
+    history = model.fit(
+        strategy.experimental_distribute_dataset(dataset), epochs=2, steps_per_epoch=8, verbose=0
+    )
+    return [variable.numpy() for variable in model.weights], history.history
+
+
+def differences(strategy, optimizer, accumulation, steps_per_execution=4):
+    """Largest absolute differences of the weights and of the logs between
+    ``steps_per_execution`` steps per execution and single steps."""
+    single, single_logs = fit(strategy, optimizer, accumulation, 1)
+    unrolled, unrolled_logs = fit(strategy, optimizer, accumulation, steps_per_execution)
+    assert len(single) > 4 and unrolled_logs.keys() == single_logs.keys()
+    weights = max(float(np.max(np.abs(a - b))) for a, b in zip(single, unrolled))
+    logs = max(
+        float(np.max(np.abs(np.subtract(unrolled_logs[name], single_logs[name]))))
+        for name in single_logs
+    )
+    return {"weights": weights, "logs": logs}
+
+
+def main(argv):
+    configure_logical_cpus(len(DEVICES))
+    strategy = tf.distribute.MirroredStrategy(DEVICES)  # collective all-reduce, the default
+    print(json.dumps({f"{o}/{a}": differences(strategy, o, a) for o, a in json.loads(argv[0])}))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
