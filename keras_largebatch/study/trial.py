@@ -12,7 +12,7 @@ from keras_largebatch.schedules import WarmupPolynomialDecay
 from keras_largebatch.study import measures
 from keras_largebatch.study.model import simple_cnn
 from keras_largebatch.study.optimizers import OPTIMIZERS
-from keras_largebatch.training.optimizer_factory import create_optimizer
+from keras_largebatch.training.optimizer_factory import LAYERWISE_OPTIMIZERS, create_optimizer
 
 EVALUATION_BATCH_SIZE = 2000
 
@@ -27,7 +27,7 @@ def build_optimizer(name, learning_rate, weight_decay, gradient_accumulation_ste
         spec.factory_name,
         learning_rate,
         weight_decay=weight_decay,
-        exclude_from_weight_decay=None if spec.factory_name in ("lamb", "lars") else [],
+        exclude_from_weight_decay=None if spec.factory_name in LAYERWISE_OPTIMIZERS else [],
         gradient_accumulation_steps=gradient_accumulation_steps,
         **spec.hyperparameters,
     )
