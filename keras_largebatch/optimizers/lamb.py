@@ -127,13 +127,18 @@ class LAMB(LayerwiseAdaptiveOptimizer):
         """Slots like the variable, except that those of float16 and bfloat16 variables are
         float32: in bfloat16, ``beta_2 = 0.999`` rounds to 1 and a second moment moves by less
         than its precision each step; in float16, ``(1 - beta_2) * g**2`` underflows for
-        ``|g| < 8e-3``."""
+        ``|g| < 8e-3``. Each slot takes its variable's layout, as Keras's own slots do: under
+        `keras.distribution.ModelParallel` it is split over the devices like its variable,
+        not held whole by each of them."""
         if keras.backend.standardize_dtype(reference_variable.dtype) not in LOW_PRECISION:
             return super().add_variable_from_reference(reference_variable, name, initializer)
         return self.add_variable(
             shape=reference_variable.shape,
             initializer=initializer,
             dtype="float32",
+            # A slot's path ("lamb/dense_kernel_momentum") rarely matches a LayoutMap key:
+            # without the variable's layout, the distribution would replicate the slot.
+            layout=getattr(reference_variable, "_layout", None),
             # Keras's name for a slot of this variable.
             name=f"{reference_variable.path.replace('/', '_')}_{name or 'var'}",
         )
