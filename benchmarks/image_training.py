@@ -82,7 +82,7 @@ def training_images_per_second(pattern, args):
     phase = plan_run(config, num_replicas=1).phases[0]
     model = recipe.build_model()
     model.compile(optimizer=recipe.build_optimizer(phase, model), **recipe.compile_arguments(phase))
-    dataset = recipe.dataset(phase, args.batch_size, None, shuffle_seed=0)
+    dataset = recipe.dataset(phase, args.batch_size, tf.distribute.InputContext(), start_batch=0)
     # The first call traces and compiles the step; it is not timed.
     model.fit(dataset, epochs=1, steps_per_epoch=1, verbose=0, shuffle=False)
     rates = []

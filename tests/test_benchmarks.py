@@ -1,6 +1,6 @@
 """Every script in benchmarks/ runs as a user runs it, at smoke size, and prints its figures.
 
-The scripts run in subprocesses, two at a time (the data both BERT input benchmarks read is
+The scripts run in subprocesses, two at a time (the data the BERT input benchmarks read is
 created by the first of them, in one queue); each must exit 0 and print one JSON object with
 every documented key, every figure finite and positive. The figures themselves mean nothing at
 this size: the README's come from the full-size commands.
@@ -77,16 +77,26 @@ SMOKE = {
             "lamb_examples_per_second",
             "adamw_examples_per_second",
             "lamb_over_adamw",
-            "pipeline_examples_per_second/deterministic",
-            "pipeline_examples_per_second/deterministic_false",
+            "pipeline_examples_per_second",
             "pipeline_over_training",
+        ],
+    ),
+    "resume.py": (
+        [DATA, "--dupe-factor", "1", "--batch-size", "4", "--late-step", "1000"]
+        + ["--replay-step", "20", "--rounds", "1"],
+        [
+            "seconds_to_first_step/step_10",
+            "seconds_to_first_step/step_1000",
+            "late_over_early",
+            "replay_seconds_to_first_step/step_20",
+            "replay_late_over_early",
         ],
     ),
 }
 # Two queues of about equal length; the BERT input benchmarks share one, in this order.
 QUEUES = (
-    ["input_pipeline.py", "pretraining.py", "image_training.py"],
-    ["distributed_step.py", "optimizer_step.py", "gradient_noise_scale.py"],
+    ["input_pipeline.py", "pretraining.py", "resume.py"],
+    ["distributed_step.py", "optimizer_step.py", "gradient_noise_scale.py", "image_training.py"],
 )
 
 

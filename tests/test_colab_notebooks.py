@@ -139,7 +139,12 @@ def test_pretrain_bert_runs_the_tiny_default_job_on_the_jax_road(tmp_path):
     summary = json.loads((output_dir / "summary.json").read_text())
     configured_steps = sum(phase["steps"] for phase in run_config["phases"])
     assert summary["global_steps"] == configured_steps == 4
-    assert run_config["strategy"] == {"name": "auto", "tpu": None, "devices": None}
+    assert run_config["strategy"] == {
+        "name": "auto",
+        "tpu": None,
+        "devices": None,
+        "input_pipelines": None,
+    }
     # strategy.name=auto on JAX: DataParallel over every device JAX lists (the one CPU here).
     assert (
         summary["strategy"]["backend"] == "jax" and summary["strategy"]["kind"] == "data_parallel"

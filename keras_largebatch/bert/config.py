@@ -20,7 +20,7 @@ for numeric fields.
 """
 
 import dataclasses
-from typing import Optional
+from typing import ClassVar, Optional
 
 from keras_largebatch import _checks
 from keras_largebatch.training import config as training_config
@@ -154,12 +154,18 @@ class OptimizerConfig:
 class DataConfig:
     """Where the records come from and how they are read."""
 
+    # Keys of earlier versions, refused with what replaced them.
+    REMOVED_FIELDS: ClassVar[dict] = {
+        "deterministic": "the training order is always shuffled by data.seed and the epoch and "
+        "resumed exactly, as fast at any step (keras_largebatch.input_order)"
+    }
+
     vocab_file: Optional[str] = None  # vocabulary of the records; None: the default corpus's
     vocabulary_size: int = 8000  # most tokens of the default corpus's built vocabulary
     dupe_factor: int = DEFAULT_CORPUS_DUPE_FACTOR  # passes over the corpus
-    deterministic: bool = True  # fixed read order: exact resume; False: parallel, reseeded
-    shuffle_buffer_size: int = 10000  # examples in the shuffle buffer (deterministic=False)
-    seed: int = DEFAULT_SEED  # seed of the default records and the shuffle
+    shuffle_buffer_size: int = 10000  # records of each shuffled window of the training order
+    cycle_length: int = 8  # record files read at once, interleaved
+    seed: int = DEFAULT_SEED  # seed of the default records and of the training order
 
 
 @dataclasses.dataclass
@@ -195,6 +201,7 @@ class PretrainConfig(training_config.RunConfig):
         _checks.check_integer("data.vocabulary_size", self.data.vocabulary_size, low=10)
         _checks.check_integer("data.dupe_factor", self.data.dupe_factor, low=1)
         _checks.check_integer("data.shuffle_buffer_size", self.data.shuffle_buffer_size, low=1)
+        _checks.check_integer("data.cycle_length", self.data.cycle_length, low=1)
         optimizer = self.optimizer
         _checks.check_number("optimizer.weight_decay", optimizer.weight_decay, low=0)
         for name in ("beta_1", "beta_2"):

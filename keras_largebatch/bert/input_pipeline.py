@@ -29,11 +29,15 @@ from vectorized TensorFlow ops (``masking.mask_token_batch``), so each epoch see
 
 import tensorflow as tf
 
+from keras_largebatch import input_order
 from keras_largebatch._checks import check_bool, check_integer, check_optional_integer
 from keras_largebatch._file_patterns import resolve_record_files
 from keras_largebatch.bert import masking, records
 from keras_largebatch.bert.masking import mask_token_batch  # noqa: F401 (public here too)
 from keras_largebatch.bert.records import FEATURE_ALIASES, MASKED_LM_FEATURES  # noqa: F401
+
+# Dynamic masks are seeded by (seed, batch number x this + pipeline id).
+_MAX_PIPELINES = 2**16
 
 
 def make_pretraining_dataset(
@@ -49,17 +53,23 @@ def make_pretraining_dataset(
     dynamic_masking=False,
     vocabulary=None,
     masked_lm_prob=masking.DEFAULT_MASKED_LM_PROB,
+    start_batch=0,
+    record_counts=None,
 ):
     """Returns a ``tf.data.Dataset`` of pretraining batches (structure in the module docstring).
 
     For ``strategy.distribute_datasets_from_function(lambda ctx: make_pretraining_dataset(...,
     input_context=ctx))``: each input pipeline reads its own subset of the files (every
-    ``num_input_pipelines``-th file, or every ``num_input_pipelines``-th record of each file when
-    there are fewer files than pipelines), so replicas never see the same example.
+    ``num_input_pipelines``-th file), so replicas never see the same example.
 
-    Training reads files in parallel without a fixed order, shuffles, and repeats forever;
-    evaluation (``is_training=False``) reads the files once, in order. Both batch with
-    ``drop_remainder=True`` so that shapes are static.
+    Training is endless: every epoch reads the pipeline's files in an order drawn from
+    ``(seed, epoch)``, ``cycle_length`` files at a time interleaved record by record, and
+    permutes each window of ``shuffle_buffer_size`` records
+    (`keras_largebatch.input_order.shuffled_records`); the stream starts at batch
+    ``start_batch`` without reading the batches before it, so the same arguments give the same
+    batches from any start. Evaluation (``is_training=False``) reads the files once, in order
+    (every ``num_input_pipelines``-th record of each file when there are fewer files than
+    pipelines). Both batch with ``drop_remainder=True`` so that shapes are static.
 
     Args:
         file_patterns: a glob pattern or path, or a list of them.
@@ -69,18 +79,23 @@ def make_pretraining_dataset(
         batch_size_per_replica: examples per batch of one input pipeline.
         is_training: shuffle and repeat; otherwise one deterministic pass.
         input_context: a ``tf.distribute.InputContext`` or None (one pipeline).
-        seed: seed for file order, shuffling and dynamic masks; None is nondeterministic. Even
-            with a seed, parallel reading makes the training order vary between runs.
-        shuffle_buffer_size: examples in the shuffle buffer.
-        cycle_length: files read at once.
+        seed: seed of the training order and of dynamic masks; None draws one, so the order
+            then differs between calls.
+        shuffle_buffer_size: records in each permuted window (training).
+        cycle_length: files read at once (training).
         dynamic_masking: mask every batch anew; the records must be the unmasked variant.
         vocabulary: list of tokens or vocabulary file, required with ``dynamic_masking``.
         masked_lm_prob: fraction of tokens to mask with ``dynamic_masking``.
+        start_batch: the training batch of this pipeline to start at.
+        record_counts: a ``files -> [records of each]`` function, such as a
+            `keras_largebatch.input_order.RecordCounts` (which caches them); None counts the
+            pipeline's files by reading them once.
 
     Raises:
         TypeError: for an argument of the wrong type.
         ValueError: before any training, when no file matches a pattern, a file's first record
-            lacks a feature or has a wrong length, or the arguments are out of range.
+            lacks a feature or has a wrong length, the training files do not divide evenly
+            over the input pipelines, or the arguments are out of range.
     """
     records.check_lengths(seq_length, max_predictions_per_seq)
     for argument, value in (
@@ -89,6 +104,7 @@ def make_pretraining_dataset(
         ("cycle_length", cycle_length),
     ):
         check_integer(argument, value, low=1)
+    check_integer("start_batch", start_batch, low=0)
     masking.check_masked_lm_prob(masked_lm_prob)
     check_bool("is_training", is_training)
     check_bool("dynamic_masking", dynamic_masking)
@@ -116,45 +132,62 @@ def make_pretraining_dataset(
             )
     num_pipelines = input_context.num_input_pipelines if input_context else 1
     pipeline_id = input_context.input_pipeline_id if input_context else 0
+    if seed is None:
+        seed = int(tf.random.uniform([], maxval=2**62, dtype=tf.int64))
 
-    dataset = tf.data.Dataset.from_tensor_slices(files)
-    shard_records = len(files) < num_pipelines
-    if num_pipelines > 1 and not shard_records:
-        dataset = dataset.shard(num_pipelines, pipeline_id)
     if is_training:
-        dataset = dataset.shuffle(len(files), seed=seed, reshuffle_each_iteration=True).repeat()
-
-    def read_file(path):
-        records = tf.data.TFRecordDataset(path)
-        # Sharding inside each file (not after interleaving) keeps the split disjoint even though
-        # the interleaved order is not deterministic.
-        return records.shard(num_pipelines, pipeline_id) if shard_records else records
-
-    dataset = dataset.interleave(
-        read_file,
-        cycle_length=min(cycle_length, len(files)) if is_training else 1,
-        num_parallel_calls=tf.data.AUTOTUNE if is_training else None,
-        deterministic=False if is_training else None,
-    )
-    if is_training:
-        dataset = dataset.shuffle(shuffle_buffer_size, seed=seed)
+        own_files = input_order.pipeline_files(files, num_pipelines, pipeline_id)
+        counts = (record_counts or input_order.count_records)(own_files)
+        dataset = input_order.shuffled_records(
+            own_files,
+            counts,
+            seed,
+            start=start_batch * batch_size_per_replica,
+            cycle_length=cycle_length,
+            window_size=shuffle_buffer_size,
+        ).map(lambda record, epoch: record)
+    else:
+        dataset = _evaluation_records(files, num_pipelines, pipeline_id)
     # Parsing whole batches with one parse_example call is several times faster than per record.
     dataset = dataset.batch(batch_size_per_replica, drop_remainder=True)
     parse = _make_parser(feature_names, seq_length, max_predictions_per_seq, dynamic_masking)
     if dynamic_masker is None:
         dataset = dataset.map(parse, num_parallel_calls=tf.data.AUTOTUNE)
     else:
-        # One random value per batch, paired with the pipeline id, seeds the stateless mask
-        # draws: reproducible for a seed, different for every batch and pipeline, and for every
-        # pass over the data (rerandomized when Keras starts a new iterator each epoch).
-        batch_seeds = tf.data.Dataset.random(seed=seed, rerandomize_each_iteration=True).map(
-            lambda value: tf.stack([value, tf.constant(pipeline_id, tf.int64)])
-        )
+        if is_training:
+            # The batch's number in the stream and the pipeline seed its stateless mask draws:
+            # reproducible from any start, different for every batch and pipeline.
+            batch_seeds = tf.data.Dataset.range(start_batch, 2**62).map(
+                lambda index: tf.stack(
+                    [tf.constant(seed, tf.int64), index * _MAX_PIPELINES + pipeline_id]
+                )
+            )
+        else:
+            # One random value per batch, with the pipeline id: new masks on every pass over
+            # the data (rerandomized when Keras starts a new iterator each epoch).
+            batch_seeds = tf.data.Dataset.random(seed=seed, rerandomize_each_iteration=True).map(
+                lambda value: tf.stack([value, tf.constant(pipeline_id, tf.int64)])
+            )
         dataset = tf.data.Dataset.zip((dataset, batch_seeds)).map(
             lambda serialized, batch_seed: dynamic_masker(parse(serialized), batch_seed),
             num_parallel_calls=tf.data.AUTOTUNE,
         )
     return dataset.prefetch(tf.data.AUTOTUNE)
+
+
+def _evaluation_records(files, num_pipelines, pipeline_id):
+    """One pass over a pipeline's records in order: its files, or, with fewer files than
+    pipelines, every ``num_pipelines``-th record of each."""
+    dataset = tf.data.Dataset.from_tensor_slices(files)
+    shard_records = len(files) < num_pipelines
+    if num_pipelines > 1 and not shard_records:
+        dataset = dataset.shard(num_pipelines, pipeline_id)
+
+    def read_file(path):
+        records = tf.data.TFRecordDataset(path)
+        return records.shard(num_pipelines, pipeline_id) if shard_records else records
+
+    return dataset.interleave(read_file, cycle_length=1)
 
 
 def check_record_file(path, seq_length, max_predictions_per_seq, dynamic_masking=False):

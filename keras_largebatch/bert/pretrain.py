@@ -11,21 +11,20 @@ The run directory (``output_dir``) holds ``run_config.json`` (the run's config),
 run created, ``checkpoints/`` (``state.json`` names the newest checkpoint, its phase and step),
 ``logs/`` (TensorBoard scalars at the global optimizer step) and ``summary.json``.
 
-Preemption: a checkpoint (weights and optimizer state) is written every
-``checkpoint_interval`` optimizer steps and at the end of each phase; running the same command
-again resumes from the newest readable one, at the same phase and step, so at most
-``checkpoint_interval`` steps are trained again and none is skipped. With
-``data.deterministic`` (the default) the batches are read in a fixed order and the resumed run
-skips exactly the batches already trained, so it gives the same weights as an uninterrupted
-run (with dropout 0; dropout's random state is not checkpointed). With
-``data.deterministic=false`` the input pipeline reads files in parallel and is reseeded from
-the step it resumes at. Running the command after the run completed prints the stored summary
-and trains nothing. A run directory holding a different config is refused unless
-``overwrite=true``, which deletes the run's checkpoints, logs and summary (and recreates the
-default data) and starts over. Under MultiWorkerMirroredStrategy only the chief writes
-checkpoints, logs and the summary; every worker resumes from the same state file. A newest
-checkpoint that cannot be read (truncated by a preempted write or by the storage) is reported,
-kept as ``NAME.unreadable``, and the run resumes from the newest older checkpoint it keeps.
+Preemption: a checkpoint (weights and optimizer state) is written every ``checkpoint_interval``
+optimizer steps and at the end of each phase; running the same command again resumes from the
+newest readable one, at the same phase and step, so at most ``checkpoint_interval`` steps are
+trained again and none is skipped. The training order is a function of ``data.seed`` and the
+epoch (`keras_largebatch.input_order`), located at the resumed step without reading the batches
+before it, so the resumed run reads what an uninterrupted run reads and gives the same weights
+(with dropout 0; dropout's random state is not checkpointed), as quickly at step 100,000 as at
+step 10. Running the command after the run completed prints the stored summary and trains
+nothing. A run directory holding a different config is refused unless ``overwrite=true``, which
+deletes the run's checkpoints, logs and summary (and recreates the default data) and starts
+over. Under MultiWorkerMirroredStrategy only the chief writes checkpoints, logs and the
+summary; every worker resumes from the same state file. A newest checkpoint that cannot be read
+(truncated by a preempted write or by the storage) is reported, kept as ``NAME.unreadable``,
+and the run resumes from the newest older checkpoint it keeps.
 
 The run directory, checkpoints, resume and logging are `keras_largebatch.training`'s; what is
 BERT is `keras_largebatch.bert.recipe` (`BertPretraining`, its model and optimizer).

@@ -282,8 +282,10 @@ def _create(input_paths, output_dir, config, options, num_workers, progress):
     )
     random.Random(config["seed"]).shuffle(serialized)
     record_files = record_file_names(output_dir, config["num_output_shards"])
+    records_per_file = []
     for shard_index, path in enumerate(record_files):
         shard_records = serialized[shard_index :: len(record_files)]
+        records_per_file.append(len(shard_records))
         with tf.io.TFRecordWriter(path) as writer:
             for record in shard_records:
                 writer.write(record)
@@ -299,6 +301,8 @@ def _create(input_paths, output_dir, config, options, num_workers, progress):
                 "vocab_file": vocab_file,
                 "record_files": record_files,
                 "num_examples": len(serialized),
+                # Where a training position falls (`keras_largebatch.input_order`).
+                "records_per_file": records_per_file,
             },
             manifest,
             indent=2,

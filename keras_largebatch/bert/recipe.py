@@ -8,6 +8,7 @@ import os
 
 import tensorflow as tf
 
+from keras_largebatch import input_order
 from keras_largebatch.bert import input_pipeline, pretraining_data
 from keras_largebatch.bert import model as model_lib
 from keras_largebatch.bert import vocab as vocab_lib
@@ -42,13 +43,13 @@ class BertPretraining(Recipe):
 
     def __init__(self, config):
         self.config = config
-        self.deterministic_input = config.data.deterministic
-        self.input_seed = config.data.seed
         self.record_files = None
         self.vocab_file = None
+        self.record_counts = None
 
-    def prepare(self, plan, log):
+    def prepare(self, plan, log, record_counts):
         self.record_files, self.vocab_file = prepare_data(self.config, log)
+        self.record_counts = record_counts
 
     def vocabulary_size(self):
         return self.config.model.vocabulary_size or len(vocab_lib.load_vocabulary(self.vocab_file))
@@ -59,16 +60,18 @@ class BertPretraining(Recipe):
     def build_optimizer(self, phase, model):
         return build_optimizer(self.config.optimizer, phase, model)
 
-    def dataset(self, phase, batch_size, input_context, shuffle_seed):
+    def dataset(self, phase, batch_size, input_context, start_batch):
         return input_pipeline.make_pretraining_dataset(
             self.record_files[phase.index],
             phase.settings.seq_length,
             phase.settings.max_predictions_per_seq,
             batch_size,
-            is_training=shuffle_seed is not None,
             input_context=input_context,
-            seed=shuffle_seed,
+            seed=input_order.phase_seed(self.config.data.seed, phase.index),
             shuffle_buffer_size=self.config.data.shuffle_buffer_size,
+            cycle_length=self.config.data.cycle_length,
+            start_batch=start_batch,
+            record_counts=self.record_counts,
         )
 
     def phase_summary(self, phase):

@@ -31,23 +31,50 @@ from keras_largebatch._backend import (
 MIXED_PRECISION_POLICIES = (None, "mixed_float16", "mixed_bfloat16")
 
 _NUMBER = re.compile(r"^[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?$")
+_ADDRESS = re.compile(r"^\S+:\d+$")
 
 
 @dataclasses.dataclass
 class StrategyConfig:
     """The devices to train on (`keras_largebatch.training.devices`): a tf.distribute strategy
-    on TensorFlow (`keras_largebatch.distribute.get_strategy`), DataParallel on JAX."""
+    on TensorFlow (`keras_largebatch.distribute.get_strategy`), DataParallel on JAX, where a
+    multi-host run is a group of processes (`keras_largebatch.training.process_group`)."""
 
     name: str = "auto"  # TF: auto, tpu, multi_worker, mirrored, one_device, default; JAX: auto,
     # data_parallel
     tpu: Optional[str] = None  # "local", a TPU name or grpc://host:port (TF: name tpu or auto)
     devices: Optional[list[str]] = None  # TF: for mirrored / one_device; JAX: e.g. ['tpu:0']
+    input_pipelines: Optional[int] = None  # JAX: input pipelines the run's data is read in, a
+    # multiple of the processes (the data order depends on it, not on the processes); null: one
+    # per process
+    multi_host: Optional[bool] = None  # JAX: run as a group of processes, one per host; null:
+    # when a key below or a KERAS_DISTRIBUTION_* variable names them; true: also when none
+    # does (JAX finds them on a Cloud TPU VM, under Slurm or Open MPI); false: one process
+    coordinator_address: Optional[str] = None  # JAX: host:port of process 0; null: the first
+    # of $KERAS_DISTRIBUTION_JOB_ADDRESSES
+    num_processes: Optional[int] = None  # JAX: processes of the run; null:
+    # $KERAS_DISTRIBUTION_NUM_PROCESSES
+    process_id: Optional[int] = None  # JAX: this process, from 0 (0 writes the run's files);
+    # null: $KERAS_DISTRIBUTION_PROCESS_ID
+    initialization_timeout: int = 300  # JAX: seconds each process waits for all to join
+
+
+# Where the processes of a run meet and which one each is: they differ between the processes
+# and the launches of one run, so a run neither records nor compares them.
+PROCESS_GROUP_FIELDS = (
+    "multi_host",
+    "coordinator_address",
+    "num_processes",
+    "process_id",
+    "initialization_timeout",
+)
+_JAX_ONLY_FIELDS = ("input_pipelines",) + PROCESS_GROUP_FIELDS
 
 
 def check_strategy_config(strategy, backend=None):
     """Raises ValueError unless the ``strategy`` settings (a `StrategyConfig`) run on
     ``backend`` (default: Keras's backend); names the key, its value, the backend and what is
-    allowed there. Touches no device."""
+    allowed there. Touches no device and reads no environment variable."""
     backend = backend or keras_backend()
     if backend not in BACKENDS:
         raise ValueError(
@@ -65,7 +92,18 @@ def check_strategy_config(strategy, backend=None):
             )
         )
     if backend != "jax":
+        defaults = StrategyConfig()
+        for name in _JAX_ONLY_FIELDS:
+            if getattr(strategy, name) != getattr(defaults, name):
+                raise ValueError(
+                    f"strategy.{name}={getattr(strategy, name)!r} is a setting of the jax "
+                    "backend's process group and input pipelines, not used on the "
+                    f"{backend} backend, where tf.distribute finds the workers in TF_CONFIG "
+                    "(strategy.name=multi_worker) and reads one input pipeline per worker; "
+                    f"allowed there: {_yaml(getattr(defaults, name))}"
+                )
         return
+    _check_process_group(strategy)
     if strategy.tpu is not None:
         raise ValueError(
             f"strategy.tpu={strategy.tpu!r} is a tf.distribute setting, not used on the jax "
@@ -80,6 +118,42 @@ def check_strategy_config(strategy, backend=None):
                 "on the jax backend give names such as 'tpu:0' or 'cpu:1' (as "
                 "keras.distribution.list_devices() writes them), or null for all of them"
             )
+
+
+def _check_process_group(strategy):
+    """The JAX process-group and input-pipeline settings' own ranges."""
+    for name, low in (("input_pipelines", 1), ("num_processes", 1), ("process_id", 0)):
+        _checks.check_optional_integer(f"strategy.{name}", getattr(strategy, name), low=low)
+    _checks.check_integer("strategy.initialization_timeout", strategy.initialization_timeout, low=1)
+    if strategy.multi_host is not None:
+        _checks.check_bool("strategy.multi_host", strategy.multi_host)
+    if None not in (strategy.num_processes, strategy.process_id) and not (
+        strategy.process_id < strategy.num_processes
+    ):
+        raise ValueError(
+            f"strategy.process_id must be in [0, strategy.num_processes={strategy.num_processes}"
+            f"), got {strategy.process_id}"
+        )
+    address = strategy.coordinator_address
+    if address is not None and not _ADDRESS.match(address):
+        raise ValueError(
+            f"strategy.coordinator_address must be host:port (e.g. 10.0.0.1:1234), got {address!r}"
+        )
+    if strategy.multi_host is False:
+        given = [
+            f"strategy.{name}={getattr(strategy, name)!r}"
+            for name in ("coordinator_address", "num_processes", "process_id")
+            if getattr(strategy, name) is not None
+        ]
+        if given:
+            raise ValueError(
+                f"strategy.multi_host=false runs one process, but {', '.join(given)} name a "
+                "process group; leave multi_host null (or true) to start one"
+            )
+
+
+def _yaml(value):
+    return "null" if value is None else repr(value)
 
 
 @dataclasses.dataclass
@@ -192,6 +266,25 @@ class RunConfig:
                 )
 
 
+def config_differences(old, new, prefix=""):
+    """The dotted keys where two configs (plain data) differ; a key one of them lacks counts
+    as null, so a run recorded before a field with a null default existed still resumes."""
+    if isinstance(old, dict) and isinstance(new, dict):
+        keys = set(old) | set(new)
+        return [
+            difference
+            for key in keys
+            for difference in config_differences(old.get(key), new.get(key), f"{prefix}{key}.")
+        ]
+    if isinstance(old, list) and isinstance(new, list) and len(old) == len(new):
+        return [
+            difference
+            for index, (a, b) in enumerate(zip(old, new))
+            for difference in config_differences(a, b, f"{prefix}{index}.")
+        ]
+    return [] if old == new else [prefix.rstrip(".")]
+
+
 def check_baseline_accumulation(key, accumulation_steps, optimizer_name, layerwise):
     """Refuses ``accumulation_steps`` > 1 micro-batches for phase ``key`` unless
     ``optimizer.name`` is the recipe's layer-wise optimizer ``layerwise``: Keras's optimizers
@@ -257,11 +350,32 @@ def apply_override(config, override):
         raise ValueError(f"override {override!r}: the value is not valid YAML ({error})") from None
     values = config.to_dict()
     parts = key.split(".")
+    _refuse_removed(type(config), parts, key)
     target = values
     for depth, part in enumerate(parts[:-1]):
         target = _child(target, part, ".".join(parts[: depth + 1]), key)
     _set_child(target, parts[-1], value, key)
     return config_from_dict(type(config), values)
+
+
+def _refuse_removed(cls, parts, key):
+    """Raises ValueError, saying why and what to do, when ``parts`` (a dotted key split) reach
+    a field that the config class at their end lists in its ``REMOVED_FIELDS`` (field name ->
+    note) ClassVar."""
+    for part in parts[:-1]:
+        if part.isdigit() or not dataclasses.is_dataclass(cls):
+            inner = typing.get_args(cls)
+            cls = inner[0] if inner else cls
+            continue
+        hints = typing.get_type_hints(cls)
+        if part not in hints:
+            return
+        cls = hints[part]
+        inner = [arg for arg in typing.get_args(cls) if dataclasses.is_dataclass(arg)]
+        cls = inner[0] if inner else cls
+    note = getattr(cls, "REMOVED_FIELDS", {}).get(parts[-1])
+    if note is not None:
+        raise ValueError(f"config key {key!r} was removed: {note}; delete it")
 
 
 def _child(container, part, path, key):
@@ -307,6 +421,7 @@ def _build(cls, values, key):
     unknown = sorted(set(values) - fields)
     if unknown:
         prefix = "" if key == "config" else f"{key}."
+        _refuse_removed(cls, [unknown[0]], f"{prefix}{unknown[0]}")
         raise ValueError(f"unknown config key {prefix}{unknown[0]!s}; valid keys: {sorted(fields)}")
     hints = typing.get_type_hints(cls)
     kwargs = {}

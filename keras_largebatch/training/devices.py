@@ -4,7 +4,12 @@ The trainer talks to one object, made by `create_devices` from the run's ``strat
 
     devices = create_devices(config.strategy)
     devices.num_replicas             # examples of a micro-batch are split over this many
-    devices.writes                   # False on the non-chief workers: they write no file
+    devices.num_processes            # processes of the run (workers, hosts)
+    devices.input_pipelines          # JAX: input pipelines of the run; TensorFlow: None
+    devices.writes                   # False on all processes but one: they write no file
+    devices.check_same(what, value)  # JAX: raises unless every process has the same value
+    with devices.local_scope():      # work of this process alone (the writer's checkpoint)
+        ...
     with devices.scope():            # build, compile, load and fit inside it
         model = ...
         devices.prepare_fit(model)   # after compile
@@ -14,21 +19,27 @@ The trainer talks to one object, made by `create_devices` from the run's ``strat
 On TensorFlow it wraps the `tf.distribute` strategy of `keras_largebatch.distribute.get_strategy`:
 ``dataset_fn`` is called once per input pipeline with its `tf.distribute.InputContext`, and
 returns that pipeline's per-replica batches. On JAX it is `keras.distribution.DataParallel` over
-every device (or the ``strategy.devices`` named): ``dataset_fn`` is called once with the context
-of a single pipeline and a single replica, so the batches it returns are whole micro-batches, which
-Keras splits over the devices along the batch axis; the step is one program over all of them, so
-the gradient, a sum over the batch and the batch-norm statistics already cover the global batch.
+every device of every process (or the ``strategy.devices`` named), after the processes of a
+multi-process run have formed their group (`process_group`): ``dataset_fn`` is called once per
+input pipeline (``strategy.input_pipelines``, by default one per process) with a context of as
+many pipelines and replicas, so that it returns that pipeline's share of every micro-batch; each
+process joins the shares of its pipelines, and Keras makes them one global micro-batch split
+over the devices along the batch axis. The step is one program over all of them, so the
+gradient, a sum over the batch and the batch-norm statistics already cover the global batch.
 
 `config.check_strategy_config` refuses a setting of the other backend (``strategy.name=mirrored``
 on JAX, ``data_parallel`` on TensorFlow), naming the key, its value, the backend and what is
 allowed.
 """
 
+import contextlib
+
 import keras
 import tensorflow as tf
 
 from keras_largebatch import distribute
 from keras_largebatch.training.config import check_strategy_config
+from keras_largebatch.training.process_group import check_same, start_process_group
 
 
 def create_devices(strategy):
@@ -39,7 +50,7 @@ def create_devices(strategy):
     """
     check_strategy_config(strategy)
     if keras.backend.backend() == "jax":
-        return JaxDevices(strategy.devices)
+        return JaxDevices(strategy)
     return TensorFlowDevices(
         distribute.get_strategy(strategy.name, tpu=strategy.tpu, devices=strategy.devices)
     )
@@ -49,10 +60,12 @@ class TensorFlowDevices:
     """A `tf.distribute.Strategy`: the replicas of its scope, one input pipeline per worker."""
 
     backend = "tensorflow"
+    input_pipelines = None  # one per worker, as tf.distribute decides
 
     def __init__(self, strategy):
         self.strategy = strategy
         self.num_replicas = int(strategy.num_replicas_in_sync)
+        self.num_processes = distribute.describe_strategy(strategy)["num_workers"]
         self.writes = bool(strategy.extended.should_checkpoint)
 
     def scope(self):
@@ -61,6 +74,13 @@ class TensorFlowDevices:
     def distribute(self, dataset_fn):
         """The distributed dataset of ``dataset_fn(input_context)``, called per input pipeline."""
         return self.strategy.distribute_datasets_from_function(dataset_fn)
+
+    def check_same(self, description, value):
+        """Nothing: the workers of a multi-worker run are not compared."""
+
+    def local_scope(self):
+        """A scope for work of this worker alone: the strategy's scope stays."""
+        return contextlib.nullcontext()
 
     def prepare_fit(self, model):
         """Readies a compiled ``model`` for `fit` on these devices: several steps per execution
@@ -73,12 +93,19 @@ class TensorFlowDevices:
 
 
 class JaxDevices:
-    """`keras.distribution.DataParallel` over ``devices`` (Keras device names; None: all of
-    them, over every host): variables are replicated on each device, batches split over them."""
+    """`keras.distribution.DataParallel` over the run's devices (``strategy.devices``, Keras
+    device names; None: all of them, over every host): variables are replicated on each
+    device, batches split over them.
+
+    A run of several processes (`process_group.start_process_group`, called first) is one
+    program over the devices of all of them; each process reads its share of the input
+    (`distribute`), and only process 0 writes files.
+    """
 
     backend = "jax"
 
-    def __init__(self, devices=None):
+    def __init__(self, strategy):
+        start_process_group(strategy)
         if tf.config.list_physical_devices("GPU"):
             # TensorFlow only reads the input here; left its GPUs, it would take their memory
             # from JAX (JAX's documentation, "GPU memory allocation"). Once TensorFlow has
@@ -87,7 +114,11 @@ class JaxDevices:
                 tf.config.set_visible_devices([], "GPU")
             except RuntimeError:
                 pass
+        import jax
+
+        by_name = {f"{device.platform}:{device.id}": device for device in jax.devices()}
         available = keras.distribution.list_devices()
+        devices = strategy.devices
         if devices is not None:
             missing = [device for device in devices if device not in available]
             if missing:
@@ -95,25 +126,81 @@ class JaxDevices:
                     f"strategy.devices={devices!r}: {missing} not found; the jax backend "
                     f"lists {available}"
                 )
-        self.devices = list(devices or available)
-        self.distribution = keras.distribution.DataParallel(devices=self.devices)
+        self.num_processes = jax.process_count()
+        self.process_index = jax.process_index()
+        # Each process's devices together, in process order: Keras makes the global batch
+        # with `jax.make_array_from_process_local_data`, which then puts process p's rows at
+        # slice p of it.
+        self.devices = sorted(devices or available, key=lambda name: by_name[name].process_index)
+        self.local_devices = [
+            name for name in self.devices if by_name[name].process_index == self.process_index
+        ]
+        counts = {
+            process: sum(by_name[name].process_index == process for name in self.devices)
+            for process in range(self.num_processes)
+        }
+        if len(set(counts.values())) != 1 or not counts[0]:
+            named = f"strategy.devices={devices!r}" if devices else "the devices JAX lists"
+            raise ValueError(
+                f"{named} must hold as many devices of every process, at least one; got "
+                f"{counts} devices per process"
+            )
+        self.distribution = keras.distribution.DataParallel(
+            devices=self.devices, auto_shard_dataset=False
+        )
         self.num_replicas = len(self.devices)
-        import jax
-
-        self.num_workers = jax.process_count()
-        self.writes = jax.process_index() == 0
+        self.input_pipelines = strategy.input_pipelines or self.num_processes
+        self.writes = self.process_index == 0
 
     def scope(self):
         return self.distribution.scope()
 
     def distribute(self, dataset_fn):
-        """``dataset_fn`` read as one pipeline of whole micro-batches; `model.fit` splits each
-        over the devices (and over the hosts of a multi-host run)."""
-        return dataset_fn(
-            tf.distribute.InputContext(
-                num_input_pipelines=1, input_pipeline_id=0, num_replicas_in_sync=1
+        """This process's share of the input: ``dataset_fn`` called for each of its input
+        pipelines (`local_input_pipelines`) with a `tf.distribute.InputContext` of
+        `input_pipelines` pipelines and as many replicas, so that each returns batches of
+        ``micro-batch / input_pipelines`` examples, joined along the batch axis. `model.fit`
+        makes each joined batch its process's slice of the global micro-batch, which holds
+        the pipelines' batches in pipeline order: a run's data depends on its input
+        pipelines, not on how many processes read them."""
+        datasets = [
+            dataset_fn(
+                tf.distribute.InputContext(
+                    num_input_pipelines=self.input_pipelines,
+                    input_pipeline_id=index,
+                    num_replicas_in_sync=self.input_pipelines,
+                )
             )
-        )
+            for index in self.local_input_pipelines
+        ]
+        if len(datasets) == 1:
+            return datasets[0]
+        return tf.data.Dataset.zip(tuple(datasets)).map(_concatenate)
+
+    @property
+    def local_input_pipelines(self):
+        """The indices of this process's input pipelines (the plan checks that they split)."""
+        per_process = self.input_pipelines // self.num_processes
+        return range(self.process_index * per_process, (self.process_index + 1) * per_process)
+
+    def check_same(self, description, value):
+        """Raises ValueError on every process unless all passed an equal ``value``
+        (`process_group.check_same`); every process calls it."""
+        check_same(description, value)
+
+    @contextlib.contextmanager
+    def local_scope(self):
+        """A scope for work of this process alone, such as the writer's checkpoint: outside
+        the distribution, so that the variables Keras makes meanwhile (saving weights builds
+        a throwaway optimizer) are this process's and start no collective (JAX checks that
+        a value put on the devices of every process is the same on each) that the other
+        processes would never join."""
+        distribution = keras.distribution.distribution()
+        keras.distribution.set_distribution(None)
+        try:
+            yield
+        finally:
+            keras.distribution.set_distribution(distribution)
 
     def prepare_fit(self, model):
         """Nothing to ready on JAX (the mirrored-strategy fault is TensorFlow's)."""
@@ -123,6 +210,14 @@ class JaxDevices:
             "backend": self.backend,
             "kind": "data_parallel",
             "num_replicas": self.num_replicas,
-            "num_workers": self.num_workers,
+            "num_workers": self.num_processes,
             "devices": self.devices,
+            "process_index": self.process_index,
+            "local_devices": self.local_devices,
+            "input_pipelines": self.input_pipelines,
         }
+
+
+def _concatenate(*batches):
+    """One batch of the batches of several pipelines, in their order, along the batch axis."""
+    return tf.nest.map_structure(lambda *parts: tf.concat(parts, axis=0), *batches)

@@ -22,6 +22,8 @@ import copy
 import dataclasses
 from typing import Any
 
+from keras_largebatch.training.config import PROCESS_GROUP_FIELDS
+
 
 @dataclasses.dataclass(frozen=True)
 class PhasePlan:
@@ -90,24 +92,55 @@ class RunPlan:
         return sum(phase.steps for phase in self.phases)
 
 
-def plan_run(config, num_replicas):
+def run_record(config):
+    """``config`` (a `config.RunConfig`) as plain data without the strategy's process-group
+    settings (`config.PROCESS_GROUP_FIELDS`: where the processes meet and which one each is),
+    which differ between the processes and the launches of one run: what the processes of a
+    run compare, and what its plan records once the accumulation is resolved."""
+    record = config.to_dict()
+    for name in PROCESS_GROUP_FIELDS:
+        record["strategy"].pop(name)
+    return record
+
+
+def plan_run(config, num_replicas, input_pipelines=None, num_processes=1):
     """The `RunPlan` of ``config`` (a validated `config.RunConfig`) on ``num_replicas``
-    replicas; ``config`` is not changed.
+    replicas over ``num_processes`` processes that read ``input_pipelines`` input pipelines
+    (the JAX road's `devices.JaxDevices.input_pipelines`; None: as the strategy decides, one
+    per worker on TensorFlow); ``config`` is not changed.
 
     Every phase's split is checked against the config's limits here
     (`RunConfig.check_accumulation`), its accumulation given or derived, so that a config
     built or changed in Python cannot train a batch other than the one it names.
 
     Raises:
-        ValueError: a phase's batch does not split over the replicas (`plan_phase`), or its
-            accumulation breaks a limit of the config.
+        ValueError: a phase's batch does not split over the replicas (`plan_phase`) or the
+            input pipelines, the input pipelines do not split over the processes, or a
+            phase's accumulation breaks a limit of the config.
     """
-    record = config.to_dict()
+    record = run_record(config)
+    if input_pipelines is not None:
+        # Named as given: null (one per process) splits both ways whenever the replicas do.
+        pipelines = f"strategy.input_pipelines={input_pipelines}"
+        if input_pipelines % num_processes:
+            raise ValueError(
+                f"{pipelines} must be a multiple of the {num_processes} processes of the run "
+                "(each process reads the same number of them)"
+            )
+        # A run of one pipeline records null, as runs recorded before the key existed do.
+        record["strategy"]["input_pipelines"] = input_pipelines if input_pipelines > 1 else None
     phases = []
     first_global_step = 0
     for index, phase_config in enumerate(config.phases):
         phase = plan_phase(phase_config, num_replicas, index, len(config.phases), first_global_step)
         config.check_accumulation(phase.key, phase_config, phase.gradient_accumulation_steps)
+        if input_pipelines is not None and phase.micro_batch_size % input_pipelines:
+            raise ValueError(
+                f"{phase.key}.global_batch_size={phase.global_batch_size} / "
+                f"gradient_accumulation_steps={phase.gradient_accumulation_steps} = "
+                f"{phase.micro_batch_size} examples per micro-batch must be divisible by "
+                f"{pipelines} (each reads an equal share of every micro-batch)"
+            )
         record["phases"][index]["gradient_accumulation_steps"] = phase.gradient_accumulation_steps
         phases.append(phase)
         first_global_step += phase.steps

@@ -27,25 +27,19 @@ class Recipe(abc.ABC):
         reported_metrics: the metrics (of `model.fit`'s logs) that progress lines and the
             summary's ``initial`` and ``final`` report, in this order; ``loss`` first.
         progress_metrics: ``(label, metric)`` pairs shown in progress lines.
-        deterministic_input: True when `dataset` with ``shuffle_seed=None`` reads its examples
-            in a fixed order, so that the trainer resumes by skipping the batches already
-            trained and a resumed run sees what an uninterrupted one would. False: every
-            (re)start reads a freshly shuffled dataset seeded from the step it starts at.
-        input_seed: seed of the shuffled input (``deterministic_input=False``).
     """
 
     name = "train"
     reported_metrics = ("loss",)
     progress_metrics = (("loss", "loss"),)
-    deterministic_input = True
-    input_seed = 0
 
-    def prepare(self, plan, log):
+    def prepare(self, plan, log, record_counts):
         """Checks (and, if the task creates them, creates) the inputs of every phase.
 
-        Called once, with the run's `training.plan.RunPlan`, after the run directory is
-        claimed, before the model is built. Raise ValueError for bad input here, before any
-        training.
+        Called once, with the run's `training.plan.RunPlan`, a progress ``log`` and the run's
+        `keras_largebatch.input_order.RecordCounts` (the records of each input file, cached in
+        the run directory: keep it for `dataset`), after the run directory is claimed, before
+        the model is built. Raise ValueError for bad input here, before any training.
         """
 
     @abc.abstractmethod
@@ -66,17 +60,21 @@ class Recipe(abc.ABC):
         return {}
 
     @abc.abstractmethod
-    def dataset(self, phase, batch_size, input_context, shuffle_seed):
-        """One input pipeline's training batches of ``batch_size`` examples for a phase.
+    def dataset(self, phase, batch_size, input_context, start_batch):
+        """One input pipeline's endless training batches of ``batch_size`` examples for a
+        phase, from its batch number ``start_batch``.
+
+        The stream must be a function of the phase, the pipeline and the recipe's seed alone,
+        and start at ``start_batch`` without reading the batches before it, so that a run
+        resumed at any step reads what an uninterrupted run reads there, at once:
+        `keras_largebatch.input_order` orders in-memory examples and record files so.
 
         Args:
             phase: the phase's plan.
-            batch_size: examples per batch: one replica's share of one micro-batch (on JAX
-                the whole micro-batch, which Keras splits over the devices).
-            input_context: the `tf.distribute.InputContext` of this pipeline (shard by it; on
-                JAX one pipeline of one replica).
-            shuffle_seed: None: read in a fixed order, one pass (the trainer repeats it and
-                skips what was trained); else an int seeding an endless shuffled dataset.
+            batch_size: examples per batch: this pipeline's share of one micro-batch.
+            input_context: the `tf.distribute.InputContext` of this pipeline: read only its
+                share of the data (``num_input_pipelines``, ``input_pipeline_id``).
+            start_batch: batches of this pipeline already trained on in the phase.
         """
 
     def callbacks(self, phase):

@@ -21,6 +21,7 @@ import h5py
 import tensorflow as tf
 
 from keras_largebatch._tensorboard import SummaryWriter
+from keras_largebatch.training.config import config_differences
 
 RUN_CONFIG_FILENAME = "run_config.json"
 SUMMARY_FILENAME = "summary.json"
@@ -38,11 +39,14 @@ class RunDirectory:
         recorded_config: the config as ``run_config.json`` records it (what a rerun must match
             to resume), as plain data: the trainer's plan, with every phase's accumulation
             resolved (`training.plan.RunPlan.record`). None: ``config.to_dict()``.
-        writes: False on the workers of a multi-worker run other than the chief: they read
-            the state but write no checkpoint, log or summary.
+        writes: False on every process of a run but one (the chief of a multi-worker run,
+            process 0 on JAX): they read the state but write no file.
+        check_same: ``check_same(description, value)``, called by every process of the run,
+            raises on each unless all passed an equal value (`JaxDevices.check_same`); None:
+            the run's one process, or workers that are not compared.
     """
 
-    def __init__(self, config, recorded_config=None, writes=True):
+    def __init__(self, config, recorded_config=None, writes=True, check_same=None):
         self.config = config
         self.recorded_config = recorded_config if recorded_config is not None else config.to_dict()
         self.output_dir = config.output_dir
@@ -54,6 +58,7 @@ class RunDirectory:
         self.summary_path = os.path.join(config.output_dir, SUMMARY_FILENAME)
         self.state_path = os.path.join(self.checkpoint_dir, STATE_FILENAME)
         self.writes = writes
+        self.check_same = check_same or (lambda description, value: None)
         self._writer = None
 
     def _run_config(self):
@@ -66,20 +71,44 @@ class RunDirectory:
         run with another config, or the directory holds files of something other than a run,
         unless ``overwrite`` (which deletes the earlier run's checkpoints, logs and summary).
         A directory whose run wrote no checkpoint yet is taken over with the new config.
+
+        Every process of a run calls it. Each decides from the files as they are before any
+        process changes them: the decisions meet in ``check_same`` (a collective, so a
+        barrier), which raises on every process unless all decided alike (they read different
+        directories), and only then does the writer change the files.
         """
+        try:
+            state, refusal = self._resumable_state(), None
+        except ValueError as error:
+            state, refusal = None, str(error)
+        self.check_same(
+            f"what output_dir {self.output_dir!r} holds (every process must see the same "
+            "files: a shared file system or gs://)",
+            {"state": state, "refused": refusal},
+        )
+        if refusal is not None:
+            raise ValueError(refusal)
+        if self.writes:
+            if self.config.overwrite:
+                self._remove_run_files()
+            tf.io.gfile.makedirs(self.output_dir)
+            write_atomically(self.config_path, json.dumps(self._run_config(), indent=2))
+        return state
+
+    def _resumable_state(self):
+        """The checkpoint state `claim` resumes (None: none, or ``overwrite``); reads only."""
+        if self.config.overwrite:
+            return None
         expected = self._run_config()
         state = self.state()
-        if self.config.overwrite:
-            self._remove_run_files()
-            state = None
-        elif state is not None and _differences(state["config"], expected):
+        if state is not None and config_differences(state["config"], expected):
             raise ValueError(
                 f"checkpoint_dir {self.checkpoint_dir!r} holds a run with a different config "
-                f"(differs at {sorted(_differences(state['config'], expected))}); use another "
-                "output_dir, run with the same config to resume it, or pass overwrite=true to "
-                "start over"
+                f"(differs at {sorted(config_differences(state['config'], expected))}); use "
+                "another output_dir, run with the same config to resume it, or pass "
+                "overwrite=true to start over"
             )
-        elif (
+        if (
             not tf.io.gfile.exists(self.config_path)
             and tf.io.gfile.isdir(self.output_dir)
             and tf.io.gfile.listdir(self.output_dir)
@@ -90,8 +119,6 @@ class RunDirectory:
                 "an empty or new output_dir, or pass overwrite=true to use it anyway (files "
                 "there that the run does not write are left alone)"
             )
-        tf.io.gfile.makedirs(self.output_dir)
-        write_atomically(self.config_path, json.dumps(expected, indent=2))
         return state
 
     def _remove_run_files(self):
@@ -248,26 +275,9 @@ def _entry(state):
     return {key: value for key, value in state.items() if key not in ("kept", "config")}
 
 
-def _differences(old, new, prefix=""):
-    """The dotted keys where two configs differ; a key one of them lacks counts as null, so a
-    run recorded before a field with a null default existed still resumes."""
-    if isinstance(old, dict) and isinstance(new, dict):
-        keys = set(old) | set(new)
-        return [
-            d for key in keys for d in _differences(old.get(key), new.get(key), f"{prefix}{key}.")
-        ]
-    if isinstance(old, list) and isinstance(new, list) and len(old) == len(new):
-        return [
-            d
-            for index, (a, b) in enumerate(zip(old, new))
-            for d in _differences(a, b, f"{prefix}{index}.")
-        ]
-    return [] if old == new else [prefix.rstrip(".")]
-
-
 def write_atomically(path, text):
     """Writes ``text`` to ``path`` through a temporary file and a rename."""
-    # A name of its own per writer: every worker of a multi-worker run writes run_config.json.
+    # A name of its own per writer, so that two writers never share a temporary file.
     temporary = f"{path}.tmp-{uuid.uuid4().hex}"
     with tf.io.gfile.GFile(temporary, "w") as stream:
         stream.write(text)

@@ -11,30 +11,31 @@ optimizer and data, then trains logging windows. The user's config object is nev
 Preemption: a checkpoint (weights and optimizer state) is written every
 ``checkpoint_interval`` optimizer steps and at the end of each phase; running the same run
 again resumes from the newest readable checkpoint, at the same phase and step, so at most
-``checkpoint_interval`` steps are trained again and none is skipped. When the recipe's input is
-deterministic, the resumed run skips exactly the batches already trained, so it gives the same
-weights as an uninterrupted run (when the model has no randomness of its own, such as
-dropout, whose random state is not checkpointed). A run that completed reports its stored
-summary and trains nothing. Under MultiWorkerMirroredStrategy only the chief writes
-checkpoints, logs and the summary; every worker resumes from the same state file.
+``checkpoint_interval`` steps are trained again and none is skipped. The recipe's input starts
+at the batch the resumed step trains on, located rather than replayed, so the resumed run reads
+what an uninterrupted run reads and gives the same weights (when the model has no randomness of
+its own, such as dropout, whose random state is not checkpointed). A run that completed reports
+its stored summary and trains nothing. Under MultiWorkerMirroredStrategy only the chief writes
+checkpoints, logs and the summary, and on JAX only process 0; every worker or process resumes
+from the same state file. The processes of a JAX run check first that they were given the same
+config, then that they read the same run directory.
 
 One Keras epoch is one logging window of ``log_interval`` optimizer steps, so the metrics Keras
 resets at each epoch are the window's means.
 """
 
+import os
 import time
 
 import keras
 
 from keras_largebatch._logging import ProgressLog
 from keras_largebatch.callbacks import LearningRateLogger, TrustRatioMonitor
+from keras_largebatch.input_order import RECORD_COUNTS_FILENAME, RecordCounts
 from keras_largebatch.training.devices import create_devices
-from keras_largebatch.training.plan import plan_run
+from keras_largebatch.training.plan import plan_run, run_record
 from keras_largebatch.training.run_directory import RunDirectory
 from keras_largebatch.training.summary import RunSummary
-
-# Seeds of successive (re)starts of a phase with shuffled input stay apart.
-_SEED_STRIDE = 1_000_003
 
 
 def train(config, recipe, callbacks=(), log=None):
@@ -65,6 +66,7 @@ class Trainer:
         self.run_directory = None
         self.model = None
         self.summary = None
+        self.checkpoint = None
 
     def train(self):
         """Trains (or resumes, or reports) the run; returns its summary.
@@ -81,14 +83,29 @@ class Trainer:
         Raises:
             ValueError: a setting of the other Keras backend, an output directory holding a
                 different run, a batch that does not split over the replicas within
-                ``max_per_replica_batch_size``, or bad input found by the recipe; all before
-                any training. OSError: no checkpoint of the run can be read.
+                ``max_per_replica_batch_size`` or over the input pipelines, processes given
+                different configs or seeing different run directories, or bad input found by
+                the recipe; all before any training. OSError: no checkpoint of the run can
+                be read.
         """
         start_time = time.perf_counter()
         self.devices = create_devices(self.config.strategy)
-        self.plan = plan_run(self.config, self.devices.num_replicas)
+        # First, while every process still runs the same code: a process whose config fails
+        # a check that the others pass would leave them waiting in a collective.
+        self.devices.check_same(
+            "the run's config (start every process with the same)", run_record(self.config)
+        )
+        self.plan = plan_run(
+            self.config,
+            self.devices.num_replicas,
+            input_pipelines=self.devices.input_pipelines,
+            num_processes=self.devices.num_processes,
+        )
         self.run_directory = RunDirectory(
-            self.config, recorded_config=self.plan.record, writes=self.devices.writes
+            self.config,
+            recorded_config=self.plan.record,
+            writes=self.devices.writes,
+            check_same=self.devices.check_same,
         )
         state = self.run_directory.claim()
         if state is not None and state["complete"] and self.run_directory.has_summary():
@@ -101,20 +118,26 @@ class Trainer:
             return self.run_directory.read_summary()
         # A complete state without a summary (killed just before writing it) goes on below: the
         # last phase-end checkpoint leaves no step to train, and the summary is written.
-        self.recipe.prepare(self.plan, self.log)
+        self.recipe.prepare(
+            self.plan,
+            self.log,
+            RecordCounts(
+                os.path.join(self.config.output_dir, RECORD_COUNTS_FILENAME),
+                writes=self.devices.writes,
+            ),
+        )
         if state is not None:
             state = self.run_directory.readable_state(
                 warn=lambda line: self.log(f"warning: {line}")
             )
         description = self.devices.describe()
-        self.log(
-            f"{description['backend']} backend, strategy {description['kind']} with "
-            f"{self.devices.num_replicas} replica(s) on {description['devices']}; mixed "
-            f"precision {self.config.mixed_precision}"
-        )
+        self.log(f"{_describe_devices(description)}; mixed precision {self.config.mixed_precision}")
         keras.utils.set_random_seed(self.config.seed)
         # Everything that makes or uses the model's variables runs in the devices' scope: JAX's
         # DataParallel places variables and splits batches only while its distribution is set.
+        # The newest checkpoint, as this process knows it: the others than the writer cannot
+        # read it from the state file, which the writer may not have written yet.
+        self.checkpoint = state["checkpoint"] if state is not None else None
         with self.devices.scope():
             self.model = self.recipe.build_model()
             start_phase, start_step = self._resume_point(state)
@@ -129,9 +152,7 @@ class Trainer:
                 if self.summary.target is not None:
                     break  # the recipe's target was reached
         summary = self.summary.summary(
-            description,
-            self.run_directory.state()["checkpoint"],
-            time.perf_counter() - start_time,
+            description, self.checkpoint, time.perf_counter() - start_time
         )
         summary.update(self.recipe.summary())
         self.run_directory.write_summary(summary)
@@ -257,19 +278,19 @@ class Trainer:
         complete = (phase.is_last and step == phase.steps) or self.summary.target is not None
         if step % self.config.checkpoint_interval and step != phase.steps and not complete:
             return
-        path = self.run_directory.save_checkpoint(
-            self.model,
-            {
-                "phase": phase.index,
-                "step": step,
-                "global_step": global_step,
-                "complete": complete,
-                # Kept in the state too, so a run killed between its last checkpoint and its
-                # summary can still write the summary without training again.
-                **self.summary.state(),
-            },
-        )
-        self.log(f"checkpoint {path}")
+        state = {
+            "phase": phase.index,
+            "step": step,
+            "global_step": global_step,
+            "complete": complete,
+            # Kept in the state too, so a run killed between its last checkpoint and its
+            # summary can still write the summary without training again.
+            **self.summary.state(),
+        }
+        # Only the writer saves, so it must do so without starting a collective.
+        with self.devices.local_scope():
+            self.checkpoint = self.run_directory.save_checkpoint(self.model, state)
+        self.log(f"checkpoint {self.checkpoint}")
 
 
 class _WindowEnds(keras.callbacks.Callback):
@@ -306,24 +327,39 @@ class _WindowEnds(keras.callbacks.Callback):
 def make_phase_dataset(devices, recipe, phase, start_step=0):
     """The distributed dataset of one phase (a `plan.PhasePlan`) on ``devices``
     (`devices.TensorFlowDevices` or `devices.JaxDevices`), positioned at optimizer step
-    ``start_step``.
-
-    With ``recipe.deterministic_input`` the recipe's fixed-order dataset is repeated and the
-    batches of the steps already trained are skipped, so a resumed run sees what an
-    uninterrupted one would; else the recipe's shuffled dataset is seeded from the recipe's
-    ``input_seed``, the phase and ``start_step``.
+    ``start_step``: each input pipeline starts at the batch after the ``start_step`` steps'
+    share of its batches, which the recipe locates without reading the batches before it
+    (`keras_largebatch.input_order`), so a resumed run reads what an uninterrupted one would,
+    and starts as fast at step 100,000 as at step 10.
     """
-    skip_batches = start_step * phase.gradient_accumulation_steps
 
     def dataset_fn(input_context):
         batch_size = input_context.get_per_replica_batch_size(phase.micro_batch_size)
-        if recipe.deterministic_input:
-            dataset = recipe.dataset(phase, batch_size, input_context, shuffle_seed=None)
-            return dataset.repeat().skip(skip_batches)
-        seed = (recipe.input_seed + phase.index) * _SEED_STRIDE + start_step
-        return recipe.dataset(phase, batch_size, input_context, shuffle_seed=seed)
+        # A pipeline serves num_replicas_in_sync / num_input_pipelines replicas a batch each
+        # per micro-batch: global / (pipelines x batch) of its batches per optimizer step.
+        batches_per_step = phase.global_batch_size // (
+            input_context.num_input_pipelines * batch_size
+        )
+        return recipe.dataset(phase, batch_size, input_context, start_step * batches_per_step)
 
     return devices.distribute(dataset_fn)
+
+
+def _describe_devices(description):
+    """The devices of a `devices.describe` for the first progress line: backend, strategy,
+    replicas and devices, and in a run of several JAX processes which one this is."""
+    text = (
+        f"{description['backend']} backend, strategy {description['kind']} with "
+        f"{description['num_replicas']} replica(s) on {description['devices']}"
+    )
+    if description.get("process_index") is None or description["num_workers"] == 1:
+        return text
+    return (
+        f"{text} in {description['num_workers']} processes; this is process "
+        f"{description['process_index']}, on {description['local_devices']}, reading "
+        f"{description['input_pipelines'] // description['num_workers']} of the "
+        f"{description['input_pipelines']} input pipelines"
+    )
 
 
 def _fit_segments(steps, log_interval, start_step):

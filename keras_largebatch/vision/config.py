@@ -8,7 +8,7 @@ and ``key=value`` overrides work as for every recipe (`keras_largebatch.training
 """
 
 import dataclasses
-from typing import Optional
+from typing import ClassVar, Optional
 
 from keras_largebatch import _checks
 from keras_largebatch._backend import keras_backend
@@ -94,6 +94,12 @@ class OptimizerConfig:
 class DataConfig:
     """Where the images come from and how they are read."""
 
+    # Keys of earlier versions, refused with what replaced them.
+    REMOVED_FIELDS: ClassVar[dict] = {
+        "deterministic": "the training order is always shuffled by data.seed and the epoch and "
+        "resumed exactly, as fast at any step (keras_largebatch.input_order)"
+    }
+
     dataset: str = "fashion_mnist"  # fashion_mnist (keras.datasets) or imagenet (TFRecords)
     fashion_mnist_dir: str = fashion_mnist.DEBIAN_DIR  # copied to the Keras cache if missing
     train_files: Optional[list[str]] = None  # ImageNet-format training record globs
@@ -101,9 +107,9 @@ class DataConfig:
     label_offset: int = 1  # record label of class 0 (1 in the TPU / TF Model Garden records)
     num_train_examples: Optional[int] = None  # an epoch; None: 60,000 or ImageNet's 1,281,167
     eval_batch_size: int = 500  # images per evaluation batch, over all replicas
-    deterministic: bool = True  # fixed, seeded order: exact resume; False: reseeded on resume
-    shuffle_buffer_size: int = 10000  # records in the shuffle buffer (ImageNet)
-    seed: int = 12345  # seed of the shuffle and of the crops
+    shuffle_buffer_size: int = 10000  # records of each shuffled window of the order (ImageNet)
+    cycle_length: int = 16  # record files read at once, interleaved (ImageNet)
+    seed: int = 12345  # seed of the training order and of the crops
 
 
 @dataclasses.dataclass
@@ -170,6 +176,7 @@ class TrainConfig(training_config.RunConfig):
         _checks.check_optional_integer("data.num_train_examples", data.num_train_examples, low=1)
         _checks.check_integer("data.eval_batch_size", data.eval_batch_size, low=1)
         _checks.check_integer("data.shuffle_buffer_size", data.shuffle_buffer_size, low=1)
+        _checks.check_integer("data.cycle_length", data.cycle_length, low=1)
         if data.dataset == "imagenet":
             for name in ("train_files", "eval_files"):
                 if not getattr(data, name):

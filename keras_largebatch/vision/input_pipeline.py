@@ -18,23 +18,28 @@ The steps follow the Cloud TPU reference (``tensorflow/tpu``
 (parallel interleave), parses and decodes records in parallel (``tf.data.AUTOTUNE``), batches
 with ``drop_remainder=True`` and prefetches.
 
-Every training record's crop and flip are drawn from a per-example seed. With
-``shuffle_seed=None`` (a fixed order) it is the record's content hash with a value drawn from
-``augmentation_seed`` anew, reproducibly, on every pass over the data: a run that is resumed by
-repeating the dataset and skipping the batches already trained sees the same images, crops and
-flips as an uninterrupted one, and so does a run on another number of input pipelines.
+Training is endless, in an order drawn from ``(shuffle_seed, epoch)``: every epoch reads the
+pipeline's files in a new order, ``cycle_length`` at a time interleaved record by record, and
+permutes each window of ``shuffle_buffer_size`` records
+(`keras_largebatch.input_order.shuffled_records`). The stream starts at batch ``start_batch``
+without reading the batches before it, so a run resumed at any step sees the images an
+uninterrupted one sees there. Every training record's crop and flip are drawn from its content
+hash, ``augmentation_seed`` and the epoch: new crops every epoch, the same ones on a resumed
+run, and the same whichever input pipeline reads the record.
 """
 
 import collections
 
 import tensorflow as tf
 
-from keras_largebatch import _checks
+from keras_largebatch import _checks, input_order
 from keras_largebatch._file_patterns import resolve_record_files
 from keras_largebatch.vision import imagenet_records, preprocessing
 
 # TFRecord read buffer of the Cloud TPU reference: fewer, larger reads from network storage.
 _READ_BUFFER_BYTES = 8 * 1024 * 1024
+# Crops are seeded by (content hash, augmentation seed x this + epoch).
+_EPOCHS_PER_SEED = 2**32
 
 _PipelineShare = collections.namedtuple(
     "_PipelineShare", ["files", "record_shards", "record_shard_index", "description"]
@@ -56,13 +61,16 @@ def make_imagenet_dataset(
     stddev=preprocessing.STDDEV_RGB,
     shuffle_buffer_size=10000,
     cycle_length=16,
+    start_batch=0,
+    record_counts=None,
 ):
     """Returns a ``tf.data.Dataset`` of ``(images, labels)`` batches (module docstring).
 
     For ``strategy.distribute_datasets_from_function(lambda ctx: make_imagenet_dataset(...,
-    input_context=ctx))``: each input pipeline reads every ``num_input_pipelines``-th file, or,
-    when there are fewer files than pipelines, every ``num_input_pipelines``-th record of each
-    file, so no two pipelines read the same record and together they read all.
+    input_context=ctx))``: each input pipeline reads every ``num_input_pipelines``-th file (the
+    training files must divide evenly over the pipelines; for evaluation, when there are fewer
+    files than pipelines, each reads every ``num_input_pipelines``-th record of each file), so
+    no two pipelines read the same record and together they read all.
 
     Args:
         file_patterns: a glob pattern or path, or a list of them.
@@ -70,17 +78,18 @@ def make_imagenet_dataset(
         batch_size: examples per batch of this input pipeline.
         is_training: random resized crop and flip; otherwise the central crop.
         input_context: a ``tf.distribute.InputContext``, or None for one pipeline.
-        shuffle_seed: None: one pass in a fixed order (repeat it to train longer); an int: an
-            endless dataset, files and records shuffled with this seed, in an order that parallel
-            reading makes vary between runs.
+        shuffle_seed: seed of the training order; None draws one, so the order then differs
+            between calls. Not used for evaluation, which reads one pass in a fixed order.
         label_offset: the records' label of class 0 (1 for the TPU / Model Garden records).
         num_classes: the number of classes.
-        augmentation_seed: seed of the training crops and flips: with ``shuffle_seed=None`` they
-            are then a function of the record's position in the (repeated) dataset.
+        augmentation_seed: seed of the training crops and flips, drawn per record and epoch.
         dtype: of the images, e.g. ``tf.bfloat16``.
         mean, stddev: per-channel normalization, 0-255 range.
-        shuffle_buffer_size: records in the shuffle buffer (with ``shuffle_seed``).
-        cycle_length: files read at once.
+        shuffle_buffer_size: records of each permuted window (training).
+        cycle_length: files read at once (training).
+        start_batch: the training batch of this pipeline to start at.
+        record_counts: a ``files -> [records of each]`` function, such as a
+            `keras_largebatch.input_order.RecordCounts`; None counts the pipeline's files.
 
     Raises:
         TypeError, ValueError: for bad arguments, and, before any batch is read, for the
@@ -91,14 +100,11 @@ def make_imagenet_dataset(
     _checks.check_integer("augmentation_seed", augmentation_seed)
     _checks.check_integer("shuffle_buffer_size", shuffle_buffer_size, low=1)
     _checks.check_integer("cycle_length", cycle_length, low=1)
+    _checks.check_integer("start_batch", start_batch, low=0)
     dtype = preprocessing.check_preprocessing_arguments(image_size, mean, stddev, dtype)
-    share = _pipeline_share(resolve_record_files(file_patterns), input_context)
+    files = resolve_record_files(file_patterns)
+    share = _pipeline_share(files, input_context)
     _check_share(share, batch_size, num_classes, label_offset)
-
-    records = _read_records(share, shuffle_seed, cycle_length)
-    if shuffle_seed is not None:
-        records = records.shuffle(shuffle_buffer_size, seed=shuffle_seed)
-    deterministic = shuffle_seed is None
 
     def train_example(serialized, seed):
         image_bytes, label = imagenet_records.parse_record(serialized, label_offset)
@@ -114,12 +120,29 @@ def make_imagenet_dataset(
         ), label
 
     if is_training:
-        dataset = _with_augmentation_seeds(
-            records, augmentation_seed, input_context, deterministic
-        ).map(train_example, num_parallel_calls=tf.data.AUTOTUNE, deterministic=deterministic)
-    else:
+        num_pipelines = input_context.num_input_pipelines if input_context else 1
+        pipeline_id = input_context.input_pipeline_id if input_context else 0
+        own_files = input_order.pipeline_files(files, num_pipelines, pipeline_id)
+        if shuffle_seed is None:
+            shuffle_seed = int(tf.random.uniform([], maxval=2**62, dtype=tf.int64))
+        records = input_order.shuffled_records(
+            own_files,
+            (record_counts or input_order.count_records)(own_files),
+            shuffle_seed,
+            start=start_batch * batch_size,
+            cycle_length=cycle_length,
+            window_size=shuffle_buffer_size,
+            read_file=_read_file,
+        )
         dataset = records.map(
-            eval_example, num_parallel_calls=tf.data.AUTOTUNE, deterministic=deterministic
+            lambda serialized, epoch: (
+                serialized,
+                _augmentation_seed(serialized, augmentation_seed, epoch),
+            )
+        ).map(train_example, num_parallel_calls=tf.data.AUTOTUNE)
+    else:
+        dataset = _read_records(share, cycle_length=1).map(
+            eval_example, num_parallel_calls=tf.data.AUTOTUNE
         )
     return dataset.batch(batch_size, drop_remainder=True).prefetch(tf.data.AUTOTUNE)
 
@@ -154,7 +177,7 @@ def _check_share(share, batch_size, num_classes, label_offset):
     imagenet_records.check_label_arguments(num_classes, label_offset)
     for path in share.files:
         imagenet_records.check_record_file(path, num_classes, label_offset)
-    num_records = _count(_read_records(share, None, cycle_length=1), limit=batch_size)
+    num_records = _count(_read_records(share, cycle_length=1), limit=batch_size)
     if num_records < batch_size:
         raise ValueError(
             f"{share.description} holds {num_records} records, fewer than batch_size="
@@ -168,7 +191,7 @@ def count_records(file_patterns, input_context=None, limit=None):
     counting no further than ``limit`` when it is given."""
     _checks.check_optional_integer("limit", limit, low=0)
     share = _pipeline_share(resolve_record_files(file_patterns), input_context)
-    return _count(_read_records(share, None, cycle_length=1), limit)
+    return _count(_read_records(share, cycle_length=1), limit)
 
 
 def _count(records, limit):
@@ -177,30 +200,16 @@ def _count(records, limit):
     return int(records.reduce(tf.constant(0, tf.int64), lambda count, _: count + 1))
 
 
-def _with_augmentation_seeds(records, augmentation_seed, input_context, deterministic):
-    """Pairs each serialized record with the seed of its crop and flip.
-
-    In a fixed order (``deterministic``) the seed is the record's content hash and a value drawn
-    once per pass over the data: the same record gets the same crop whichever input pipeline
-    reads it, so 2 replicas train on what 1 device does, and every pass (every repetition by
-    the trainer) draws new crops, reproducibly. Shuffled, it is the element of a seeded random
-    stream at the record's position, with the pipeline's id.
-    """
-    passes = tf.data.Dataset.random(seed=augmentation_seed, rerandomize_each_iteration=True)
-    if deterministic:
-
-        def pass_records(pass_seed):
-            return records.map(
-                lambda serialized: (
-                    serialized,
-                    tf.stack([tf.strings.to_hash_bucket_fast(serialized, 2**62), pass_seed]),
-                )
-            )
-
-        return passes.take(1).flat_map(pass_records)
-    pipeline_id = tf.constant(input_context.input_pipeline_id if input_context else 0, tf.int64)
-    seeds = passes.map(lambda value: tf.stack([value, pipeline_id]))
-    return tf.data.Dataset.zip((records, seeds))
+def _augmentation_seed(serialized, augmentation_seed, epoch):
+    """The seed of a training record's crop and flip in ``epoch``: its content hash, with
+    ``augmentation_seed`` and the epoch, so the same record gets the same crop in an epoch
+    whichever input pipeline reads it, and a new one every epoch."""
+    return tf.stack(
+        [
+            tf.strings.to_hash_bucket_fast(serialized, 2**62),
+            tf.constant(augmentation_seed, tf.int64) * _EPOCHS_PER_SEED + epoch,
+        ]
+    )
 
 
 def _pipeline_share(files, input_context):
@@ -226,24 +235,18 @@ def _describe(files):
     return f"{len(files)} files: {files[0]!r} ... {files[-1]!r}"
 
 
-def _read_records(share, shuffle_seed, cycle_length):
-    """The serialized records of a share: in a fixed order, or, with ``shuffle_seed``, from
-    files shuffled anew on every pass, endlessly."""
-    files = tf.data.Dataset.from_tensor_slices(share.files)
-    if shuffle_seed is not None:
-        files = files.shuffle(
-            len(share.files), seed=shuffle_seed, reshuffle_each_iteration=True
-        ).repeat()
+def _read_file(path):
+    return tf.data.TFRecordDataset(path, buffer_size=_READ_BUFFER_BYTES)
+
+
+def _read_records(share, cycle_length):
+    """The serialized records of a share, once, in a fixed order."""
 
     def read_file(path):
-        records = tf.data.TFRecordDataset(path, buffer_size=_READ_BUFFER_BYTES)
-        # Sharding inside each file (not after interleaving) keeps the split disjoint even when
-        # the interleaved order is not deterministic.
-        return records.shard(share.record_shards, share.record_shard_index)
+        # Sharding inside each file keeps the split disjoint when there are fewer files than
+        # pipelines.
+        return _read_file(path).shard(share.record_shards, share.record_shard_index)
 
-    return files.interleave(
-        read_file,
-        cycle_length=min(cycle_length, len(share.files)),
-        num_parallel_calls=tf.data.AUTOTUNE,
-        deterministic=shuffle_seed is None,
+    return tf.data.Dataset.from_tensor_slices(share.files).interleave(
+        read_file, cycle_length=min(cycle_length, len(share.files))
     )

@@ -11,6 +11,7 @@ accuracy. `keras_largebatch.vision.train` is the command around it.
 import keras
 import tensorflow as tf
 
+from keras_largebatch import input_order
 from keras_largebatch.schedules import LarsMLPerfSchedule
 from keras_largebatch.training.optimizer_factory import create_optimizer
 from keras_largebatch.training.recipe import Recipe
@@ -27,11 +28,11 @@ class ImageClassification(Recipe):
 
     def __init__(self, config):
         self.config = config
-        self.deterministic_input = config.data.deterministic
-        self.input_seed = config.data.seed
         self._arrays = None
+        self.record_counts = None
 
-    def prepare(self, plan, log):
+    def prepare(self, plan, log, record_counts):
+        self.record_counts = record_counts
         config, data = self.config, self.config.data
         micro_batch = max(phase.micro_batch_size for phase in plan.phases)
         if data.dataset == "fashion_mnist":
@@ -103,50 +104,69 @@ class ImageClassification(Recipe):
             ],
         }
 
-    def dataset(self, phase, batch_size, input_context, shuffle_seed):
-        return self._dataset("train", batch_size, input_context, shuffle_seed)
-
-    def _dataset(self, split, batch_size, input_context, shuffle_seed):
+    def dataset(self, phase, batch_size, input_context, start_batch):
         config, data = self.config, self.config.data
-        num_classes = config.model.num_classes
-        training = split == "train"
+        seed = input_order.phase_seed(data.seed, phase.index)
         if data.dataset == "fashion_mnist":
-            images, labels = self._arrays[split]
-            dataset = tf.data.Dataset.from_tensor_slices((images, labels))
-            if input_context is not None:
-                dataset = dataset.shard(
-                    input_context.num_input_pipelines, input_context.input_pipeline_id
+            images, labels = self._arrays["train"]
+            share = slice(input_context.input_pipeline_id, None, input_context.num_input_pipelines)
+            images, labels = images[share], labels[share]
+            dataset = (
+                input_order.shuffled_indices(len(images), seed, start_batch * batch_size)
+                .batch(batch_size, drop_remainder=True)
+                .map(
+                    lambda index, epoch: fashion_mnist.normalize(
+                        tf.gather(images, index), tf.gather(labels, index)
+                    ),
+                    num_parallel_calls=tf.data.AUTOTUNE,
                 )
-            if training:
-                # A fixed order is still shuffled, by the data seed, anew on every pass.
-                seed = data.seed if shuffle_seed is None else shuffle_seed
-                dataset = dataset.shuffle(len(images), seed=seed, reshuffle_each_iteration=True)
-                if shuffle_seed is not None:
-                    dataset = dataset.repeat()
-            dataset = dataset.batch(batch_size, drop_remainder=training).map(
-                fashion_mnist.normalize, num_parallel_calls=tf.data.AUTOTUNE
             )
         else:
             dataset = input_pipeline.make_imagenet_dataset(
-                data.train_files if training else data.eval_files,
+                data.train_files,
                 config.model.image_size,
                 batch_size,
-                is_training=training,
+                is_training=True,
                 input_context=input_context,
-                shuffle_seed=shuffle_seed if training else None,
+                shuffle_seed=seed,
                 label_offset=data.label_offset,
-                num_classes=num_classes,
+                num_classes=config.model.num_classes,
                 augmentation_seed=data.seed,
                 shuffle_buffer_size=data.shuffle_buffer_size,
+                cycle_length=data.cycle_length,
+                start_batch=start_batch,
+                record_counts=self.record_counts,
             )
+        return self._one_hot(dataset)
+
+    def _evaluation_dataset(self):
+        config, data = self.config, self.config.data
+        if data.dataset == "fashion_mnist":
+            dataset = (
+                tf.data.Dataset.from_tensor_slices(self._arrays["eval"])
+                .batch(data.eval_batch_size)
+                .map(fashion_mnist.normalize, num_parallel_calls=tf.data.AUTOTUNE)
+            )
+        else:
+            dataset = input_pipeline.make_imagenet_dataset(
+                data.eval_files,
+                config.model.image_size,
+                data.eval_batch_size,
+                is_training=False,
+                label_offset=data.label_offset,
+                num_classes=config.model.num_classes,
+            )
+        return self._one_hot(dataset)
+
+    def _one_hot(self, dataset):
+        num_classes = self.config.model.num_classes
         return dataset.map(lambda images, labels: (images, tf.one_hot(labels, num_classes)))
 
     def evaluation_interval(self, phase):
         return self.config.eval_interval
 
     def evaluate(self, model):
-        dataset = self._dataset("eval", self.config.data.eval_batch_size, None, None)
-        return model.evaluate(dataset, verbose=0, return_dict=True)
+        return model.evaluate(self._evaluation_dataset(), verbose=0, return_dict=True)
 
     def target_reached(self, evaluation):
         target = self.config.target_accuracy

@@ -138,7 +138,7 @@ def test_bad_overrides_name_the_key_and_value(overrides, message):
     [
         ("optimizer.weight_decay=abc", r"optimizer.weight_decay must be a number, got 'abc'"),
         ("phases.0.steps=12.5", r"phases.0.steps must be an integer, got 12.5"),
-        ("data.deterministic=maybe", r"data.deterministic must be true or false, got 'maybe'"),
+        ("overwrite=maybe", r"overwrite must be true or false, got 'maybe'"),
         (
             "phases.0.input_files=a.tfrecord",
             r"phases.0.input_files must be a list, got 'a.tfrecord'",
@@ -226,3 +226,13 @@ def test_default_records_need_a_local_output_dir():
         match=r"phases.0.input_files is null.*'gs://bucket/run', which must then be local",
     ):
         config_lib.load_config(overrides=["output_dir=gs://bucket/run"])
+
+
+def test_a_removed_key_says_what_replaced_it(tmp_path):
+    message = r"config key 'data.deterministic' was removed: the training order is always"
+    with pytest.raises(ValueError, match=message):
+        config_lib.load_config(overrides=["data.deterministic=false"])
+    path = tmp_path / "old.yaml"
+    path.write_text("data:\n  deterministic: false\n")
+    with pytest.raises(ValueError, match=message):
+        config_lib.load_config(str(path))

@@ -137,9 +137,9 @@ def test_training_drops_the_partial_batch_and_repeats(tmp_path):
     assert len(list(eval_dataset)) == 2
 
 
-@pytest.mark.parametrize("num_files", [4, 1])
+@pytest.mark.parametrize("num_files", [4, 2])
 def test_input_pipelines_read_disjoint_examples(tmp_path, num_files):
-    # 4 files shard by file; 1 file (fewer files than pipelines) shards by record within it.
+    # Training shards by file: 2 or 1 of them per pipeline.
     files, expected = _write_files(tmp_path, num_files=num_files, per_file=24 // num_files)
     seen = []
     for pipeline_id in range(2):
@@ -154,17 +154,59 @@ def test_input_pipelines_read_disjoint_examples(tmp_path, num_files):
             input_context=context,
             seed=1,
         )
-        # 240 batches of 2 is 40 passes over each pipeline's 12 examples: the shuffle mixes
-        # passes, so a few passes could miss an example (at 5 passes, ~6% of runs did).
-        seen.append(
-            {
-                int(token)
-                for features, _, _ in dataset.take(240)
-                for token in features["token_ids"][:, 1]
-            }
-        )
+        # 6 batches of 2 are one pass over the pipeline's 12 examples, each read once.
+        tokens = [
+            int(token)
+            for features, _, _ in dataset.take(6)
+            for token in features["token_ids"][:, 1]
+        ]
+        assert len(set(tokens)) == 12
+        seen.append(set(tokens))
     assert len(seen[0]) == len(seen[1]) == 12 and not seen[0] & seen[1]
     assert seen[0] | seen[1] == {value["input_ids"][1] for value in expected}
+
+
+def test_training_starts_at_any_batch_as_the_stream_from_0_continues(tmp_path):
+    files, _ = _write_files(
+        tmp_path, num_files=2, per_file=7, masked=False, seq_length=64, max_predictions=8
+    )
+
+    def batches(start_batch, take):
+        dataset = input_pipeline.make_pretraining_dataset(
+            files,
+            64,
+            8,
+            batch_size_per_replica=3,
+            seed=4,
+            shuffle_buffer_size=5,
+            dynamic_masking=True,
+            vocabulary=VOCABULARY,
+            start_batch=start_batch,
+        )
+        return [
+            np.concatenate([features["token_ids"], features["mask_positions"]], axis=1)
+            for features, _, _ in dataset.take(take).as_numpy_iterator()
+        ]
+
+    reference = batches(0, 12)  # 36 examples: more than two passes over the 14
+    for start in (1, 4, 5, 9):
+        for got, expected in zip(batches(start, 3), reference[start:]):
+            np.testing.assert_array_equal(got, expected)
+
+
+def test_training_files_must_divide_over_the_pipelines_evaluation_shards_records(tmp_path):
+    files, expected = _write_files(tmp_path, num_files=1, per_file=6)
+    context = tf.distribute.InputContext(2, 1, 2)
+    with pytest.raises(ValueError, match=r"1 training file\(s\) do not divide evenly over 2"):
+        input_pipeline.make_pretraining_dataset(
+            files, SEQ_LENGTH, MAX_PREDICTIONS, 1, input_context=context
+        )
+    evaluation = input_pipeline.make_pretraining_dataset(
+        files, SEQ_LENGTH, MAX_PREDICTIONS, 1, is_training=False, input_context=context
+    )
+    assert [int(f["token_ids"][0, 1]) for f, _, _ in evaluation] == [
+        value["input_ids"][1] for value in expected[1::2]
+    ]
 
 
 def test_mirrored_strategy_gives_replicas_disjoint_static_batches(tmp_path):

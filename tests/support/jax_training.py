@@ -94,30 +94,37 @@ def toy_runs(work_dir):
     return results
 
 
-def bert_runs(work_dir, record_file):
-    """The tiny BERT of tests/bert/test_pretrain.py for one phase of 6 steps of 8 examples: on
-    1 and 2 devices, each also with 2 micro-batches per step; and `bert_loss_runs`."""
+def tiny_bert_config(output_dir, record_files, *overrides):
+    """The config of the tiny BERT of tests/bert/test_pretrain.py (dropout 0) for one phase of
+    6 steps of 8 examples read from ``record_files``, under DataParallel; ``overrides`` last."""
     from keras_largebatch.bert import config as config_lib
+
+    return config_lib.load_config(
+        overrides=[
+            f"output_dir={output_dir}",
+            "model.num_layers=1",
+            "model.hidden_dim=16",
+            "model.num_heads=2",
+            "model.vocabulary_size=64",
+            "model.dropout=0.0",
+            "phases=[{seq_length: 16, max_predictions_per_seq: 4, global_batch_size: 8, "
+            "steps: 6, warmup_steps: 1, peak_learning_rate: 1.0e-2, "
+            f"input_files: {json.dumps([str(path) for path in record_files])}}}]",
+            "log_interval=2",
+            "checkpoint_interval=4",
+            DATA_PARALLEL,
+            *overrides,
+        ]
+    )
+
+
+def bert_runs(work_dir, record_file):
+    """`tiny_bert_config`'s run on 1 and 2 devices, each also with 2 micro-batches per step;
+    and `bert_loss_runs`."""
     from keras_largebatch.bert import pretrain
 
     def run(name, *overrides):
-        config = config_lib.load_config(
-            overrides=[
-                f"output_dir={os.path.join(work_dir, name)}",
-                "model.num_layers=1",
-                "model.hidden_dim=16",
-                "model.num_heads=2",
-                "model.vocabulary_size=64",
-                "model.dropout=0.0",
-                "phases=[{seq_length: 16, max_predictions_per_seq: 4, global_batch_size: 8, "
-                "steps: 6, warmup_steps: 1, peak_learning_rate: 1.0e-2, "
-                f"input_files: ['{record_file}']}}]",
-                "log_interval=2",
-                "checkpoint_interval=4",
-                DATA_PARALLEL,
-                *overrides,
-            ]
-        )
+        config = tiny_bert_config(os.path.join(work_dir, name), [record_file], *overrides)
         return pretrain.pretrain(config, log=lambda line: None)
 
     accumulate = "phases.0.gradient_accumulation_steps=2"
@@ -203,44 +210,59 @@ def bert_loss_runs():
     }
 
 
-def image_runs(work_dir):
-    """The image recipe's small ResNet with LARS on ImageNet-format records, 4 steps of 8 images
-    with an evaluation at the end: on 1 device and on 2 (batch norm unsynchronized, the
-    default); and the message refusing ``model.sync_batch_norm=true`` on JAX."""
-    from keras_largebatch.vision import config as config_lib
-    from keras_largebatch.vision import train
+def write_image_records(directory):
+    """ImageNet-format records of 32 training images of 10 classes, in 2 files, and 16
+    evaluation images; returns ``(train_files, eval_files)``."""
     from tests.support.imagenet_records import write_imagenet_records
 
     labels = [1 + index % 10 for index in range(32)]  # 1-based, as in the TPU records
     train_files = [
-        write_imagenet_records(os.path.join(work_dir, f"train-{shard}"), labels[shard::2])
+        write_imagenet_records(os.path.join(directory, f"train-{shard}"), labels[shard::2])
         for shard in range(2)
     ]
-    eval_files = [write_imagenet_records(os.path.join(work_dir, "validation"), labels[:16])]
+    eval_files = [write_imagenet_records(os.path.join(directory, "validation"), labels[:16])]
+    return train_files, eval_files
+
+
+def small_image_config(output_dir, train_files, eval_files, *overrides):
+    """The config of the image recipe's small ResNet with LARS on the records of
+    `write_image_records`, 4 steps of 8 images with an evaluation at the end, under
+    DataParallel; ``overrides`` last."""
+    from keras_largebatch.vision import config as config_lib
+
+    return config_lib.load_config(
+        overrides=[
+            f"output_dir={output_dir}",
+            "data.dataset=imagenet",
+            f"data.train_files={json.dumps(train_files)}",
+            f"data.eval_files={json.dumps(eval_files)}",
+            "data.num_train_examples=32",
+            "data.eval_batch_size=8",
+            "model.num_classes=10",
+            "model.image_size=24",
+            "phases.0.global_batch_size=8",
+            "phases.0.steps=4",
+            "phases.0.warmup_epochs=0.25",
+            "phases.0.peak_learning_rate=1.0",
+            "log_interval=2",
+            "checkpoint_interval=2",
+            "eval_interval=4",
+            "target_accuracy=null",
+            DATA_PARALLEL,
+            *overrides,
+        ]
+    )
+
+
+def image_runs(work_dir):
+    """`small_image_config`'s run on 1 device and on 2 (batch norm unsynchronized, the
+    default); and the message refusing ``model.sync_batch_norm=true`` on JAX."""
+    from keras_largebatch.vision import train
+
+    files = write_image_records(work_dir)
 
     def load(name, *overrides):
-        return config_lib.load_config(
-            overrides=[
-                f"output_dir={os.path.join(work_dir, name)}",
-                "data.dataset=imagenet",
-                f"data.train_files={json.dumps(train_files)}",
-                f"data.eval_files={json.dumps(eval_files)}",
-                "data.num_train_examples=32",
-                "data.eval_batch_size=8",
-                "model.num_classes=10",
-                "model.image_size=24",
-                "phases.0.global_batch_size=8",
-                "phases.0.steps=4",
-                "phases.0.warmup_epochs=0.25",
-                "phases.0.peak_learning_rate=1.0",
-                "log_interval=2",
-                "checkpoint_interval=2",
-                "eval_interval=4",
-                "target_accuracy=null",
-                DATA_PARALLEL,
-                *overrides,
-            ]
-        )
+        return small_image_config(os.path.join(work_dir, name), *files, *overrides)
 
     results = {
         "one_device": train.train(load("one_device", ONE_DEVICE), log=lambda line: None),

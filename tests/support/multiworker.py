@@ -86,7 +86,7 @@ def run_multi_worker(
     except TypeError as error:
         raise ValueError(f"kwargs must be JSON-serializable ({error}), got {kwargs!r}") from None
 
-    addresses = [f"127.0.0.1:{port}" for port in _free_ports(num_workers)]
+    addresses = [f"127.0.0.1:{port}" for port in free_ports(num_workers)]
     with tempfile.TemporaryDirectory(prefix="multiworker-") as work_dir:
         workers = []
         try:
@@ -121,7 +121,7 @@ def _function_name(function):
     return f"{module}:{qualname}"
 
 
-def _free_ports(count):
+def free_ports(count):
     """Ports the OS had free a moment ago; all sockets are held at once so they differ."""
     sockets = []
     try:

@@ -1,7 +1,8 @@
 """A recipe that is not BERT, for the trainer's tests: regression of a small MLP with LAMB.
 
-64 fixed examples of 4 features; a run of a few steps takes about a second. The input is
-deterministic (fixed order), so a resumed run must equal an uninterrupted one bitwise.
+64 fixed examples of 4 features; a run of a few steps takes about a second. Each input
+pipeline's examples are shuffled by (seed, epoch) (`keras_largebatch.input_order`), so a resumed
+run must equal an uninterrupted one bitwise.
 """
 
 import dataclasses
@@ -10,6 +11,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from keras_largebatch import input_order
 from keras_largebatch.optimizers import LAMB
 from keras_largebatch.training import config as training_config
 from keras_largebatch.training.recipe import Recipe
@@ -56,13 +58,14 @@ class ToyRegression(Recipe):
         self.interval = evaluation_interval
         self.target_loss = target_loss
         self.prepared = False
+        self.seed = 0
         random = np.random.default_rng(0)
         self.features = random.normal(size=(NUM_EXAMPLES, 4)).astype("float32")
         self.targets = self.features @ np.array(
             [[1.0], [-2.0], [0.5], [3.0]], "float32"
         ) + 0.1 * random.normal(size=(NUM_EXAMPLES, 1)).astype("float32")
 
-    def prepare(self, plan, log):
+    def prepare(self, plan, log, record_counts):
         self.prepared = True
 
     def build_model(self):
@@ -86,12 +89,15 @@ class ToyRegression(Recipe):
     def compile_arguments(self, phase):
         return {"loss": "mean_squared_error", "metrics": ["mean_absolute_error"]}
 
-    def dataset(self, phase, batch_size, input_context, shuffle_seed):
-        dataset = tf.data.Dataset.from_tensor_slices((self.features, self.targets))
-        dataset = dataset.shard(input_context.num_input_pipelines, input_context.input_pipeline_id)
-        if shuffle_seed is not None:
-            dataset = dataset.shuffle(NUM_EXAMPLES, seed=shuffle_seed).repeat()
-        return dataset.batch(batch_size, drop_remainder=True)
+    def dataset(self, phase, batch_size, input_context, start_batch):
+        share = slice(input_context.input_pipeline_id, None, input_context.num_input_pipelines)
+        features, targets = self.features[share], self.targets[share]
+        indices = input_order.shuffled_indices(
+            len(features), input_order.phase_seed(self.seed, phase.index), start_batch * batch_size
+        )
+        return indices.batch(batch_size, drop_remainder=True).map(
+            lambda index, epoch: (tf.gather(features, index), tf.gather(targets, index))
+        )
 
     def evaluation_interval(self, phase):
         return self.interval

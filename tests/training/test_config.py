@@ -76,11 +76,51 @@ def test_a_recipe_config_extends_the_run_config(tmp_path):
             r"allowed there: \('auto', 'tpu', 'multi_worker', 'mirrored', 'one_device', "
             r"'default'\)",
         ),
+        (
+            ["strategy.num_processes=2"],
+            ValueError,
+            r"strategy.num_processes=2 is a setting of the jax backend's process group and "
+            r"input pipelines, not used on the tensorflow backend, where tf.distribute finds "
+            r"the workers in TF_CONFIG .*; allowed there: null",
+        ),
+        (
+            ["strategy.initialization_timeout=5"],
+            ValueError,
+            r"strategy.initialization_timeout=5 is a setting of the jax .*allowed there: 300",
+        ),
+        (["strategy.input_pipelines=2"], ValueError, r"strategy.input_pipelines=2 is a setting"),
     ],
 )
 def test_bad_values_name_the_key_and_value(tmp_path, overrides, error, message):
     with pytest.raises(error, match=message):
         training_config.load_config(ToyConfig, overrides=[f"output_dir={tmp_path}", *overrides])
+
+
+@pytest.mark.parametrize(
+    "settings, message",
+    [
+        ({"input_pipelines": 0}, r"strategy.input_pipelines must be in \[1, inf\], got 0"),
+        ({"initialization_timeout": 0}, r"strategy.initialization_timeout must be in \[1, inf\]"),
+        (
+            {"num_processes": 2, "process_id": 2},
+            r"strategy.process_id must be in \[0, strategy.num_processes=2\), got 2",
+        ),
+        (
+            {"coordinator_address": "10.0.0.1"},
+            r"strategy.coordinator_address must be host:port \(e.g. 10.0.0.1:1234\), got "
+            r"'10.0.0.1'",
+        ),
+        (
+            {"multi_host": False, "num_processes": 2},
+            r"strategy.multi_host=false runs one process, but strategy.num_processes=2 name a "
+            r"process group",
+        ),
+    ],
+)
+def test_process_group_settings_are_checked_on_jax(settings, message):
+    strategy = training_config.StrategyConfig(name="data_parallel", **settings)
+    with pytest.raises(ValueError, match=message):
+        training_config.check_strategy_config(strategy, backend="jax")
 
 
 # Hand-computed splits: (global batch, replicas, most examples per replica) -> the fewest

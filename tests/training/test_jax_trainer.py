@@ -38,6 +38,9 @@ def test_two_devices_equal_one_device_with_accumulation(runs):
         "num_replicas": 1,
         "num_workers": 1,
         "devices": ["cpu:0"],
+        "process_index": 0,
+        "local_devices": ["cpu:0"],
+        "input_pipelines": 1,
     }
     assert data_parallel["strategy"]["devices"] == ["cpu:0", "cpu:1"]
     assert [p["gradient_accumulation_steps"] for p in data_parallel["phases"]] == [2, 1]

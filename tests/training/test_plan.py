@@ -78,3 +78,35 @@ def test_a_config_changed_in_python_cannot_plan_another_batch_than_it_names():
         r"phases.1.gradient_accumulation_steps=3",
     ):
         plan.plan_run(config, 1)
+
+
+def test_the_input_pipelines_split_over_the_processes_and_divide_the_micro_batches():
+    # Micro-batches of 4 and 4 examples (8 / 2 micro-batches, 4 / 1).
+    config = load("unused", "phases.0.gradient_accumulation_steps=2")
+    config.strategy.input_pipelines = 3  # the JAX key; a TensorFlow config refuses it at load
+    with pytest.raises(
+        ValueError,
+        match=r"strategy.input_pipelines=3 must be a multiple of the 2 processes of the run",
+    ):
+        plan.plan_run(config, 2, input_pipelines=3, num_processes=2)
+    config.strategy.input_pipelines = 8
+    with pytest.raises(
+        ValueError,
+        match=r"phases.0.global_batch_size=8 / gradient_accumulation_steps=2 = 4 examples per "
+        r"micro-batch must be divisible by strategy.input_pipelines=8",
+    ):
+        plan.plan_run(config, 2, input_pipelines=8, num_processes=2)
+
+
+def test_the_record_holds_the_input_pipelines_and_not_where_the_processes_meet():
+    config = load("unused", "phases.0.gradient_accumulation_steps=2")
+    config.strategy.num_processes, config.strategy.process_id = 2, 1
+    two = plan.plan_run(config, 2, input_pipelines=2, num_processes=2).record["strategy"]
+    assert two["input_pipelines"] == 2
+    assert not set(two) & {"multi_host", "coordinator_address", "num_processes", "process_id"}
+    # One pipeline records null, as runs recorded before the key existed.
+    assert plan.plan_run(config, 1, input_pipelines=1).record["strategy"]["input_pipelines"] is None
+    assert plan.plan_run(config, 1).record["strategy"]["input_pipelines"] is None
+    assert plan.run_record(config)["strategy"] == {
+        key: value for key, value in two.items() if key != "input_pipelines"
+    } | {"input_pipelines": None}

@@ -111,3 +111,42 @@ def test_no_readable_checkpoint_is_an_error_naming_them_all(tmp_path):
         "ckpt-000000008.weights.h5",
         "state.json",
     ]
+
+
+def test_a_process_that_does_not_write_creates_nothing_and_reads_the_writers_state(tmp_path):
+    output_dir = tmp_path / "run"
+    reader = RunDirectory(load(output_dir), writes=False)
+    assert reader.claim() is None
+    _save(reader, _model(1.0), 4)
+    reader.write_scalars(4, {"loss": 1.0})
+    reader.write_summary({"global_steps": 4})
+    assert not output_dir.exists()
+    writer = RunDirectory(load(output_dir))
+    writer.claim()
+    _save(writer, _model(1.0), 4)
+    assert RunDirectory(load(output_dir), writes=False).claim()["global_step"] == 4
+
+
+def test_the_processes_compare_what_they_read_before_the_writer_changes_anything(tmp_path):
+    run = RunDirectory(load(tmp_path))
+    run.claim()
+    _save(run, _model(1.0), 4)
+    compared = []
+
+    def check_same(description, value):
+        # Every process has read, and the writer has not yet removed or written anything.
+        compared.append((value, sorted(os.listdir(tmp_path / "checkpoints"))))
+
+    overwriting = RunDirectory(load(tmp_path, "overwrite=true"), check_same=check_same)
+    assert overwriting.claim() is None
+    assert compared == [
+        ({"state": None, "refused": None}, ["ckpt-000000004.weights.h5", "state.json"])
+    ]
+    assert os.listdir(tmp_path / "checkpoints") == []
+    # A refusal is compared too, then raised: no process is left waiting for the others.
+    compared.clear()
+    (tmp_path / "run_config.json").unlink()
+    (tmp_path / "thesis.tex").write_text("mine")
+    with pytest.raises(ValueError, match="is not empty and holds no run_config.json"):
+        RunDirectory(load(tmp_path), check_same=check_same).claim()
+    assert compared[0][0]["refused"].startswith(f"output_dir '{tmp_path}' is not empty")

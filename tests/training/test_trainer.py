@@ -169,14 +169,6 @@ def test_no_readable_checkpoint_stops_the_run(tmp_path):
     assert sorted(os.listdir(directory)) == before
 
 
-def test_shuffled_input_is_reseeded_and_still_trains(tmp_path):
-    config = load(tmp_path)
-    recipe = ToyRegression(config)
-    recipe.deterministic_input = False
-    summary = trainer.train(config, recipe, log=lambda line: None)
-    assert summary["global_steps"] == 12 and np.isfinite(summary["final"]["loss"])
-
-
 def test_two_replicas_equal_one_device(tmp_path, uninterrupted):
     _, expected, _ = uninterrupted
     summary = _run(

@@ -98,15 +98,12 @@ def test_distribute_datasets_from_function_gives_each_replica_a_static_batch(rec
     strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
 
     def dataset_fn(input_context):
-        return (
-            _dataset(
-                record_files,
-                input_context.get_per_replica_batch_size(8),
-                is_training=True,
-                input_context=input_context,
-            )
-            .repeat()
-            .skip(1)
+        return _dataset(
+            record_files,
+            input_context.get_per_replica_batch_size(8),
+            is_training=True,
+            input_context=input_context,
+            start_batch=1,
         )
 
     images, labels = next(iter(strategy.distribute_datasets_from_function(dataset_fn)))
@@ -117,36 +114,52 @@ def test_distribute_datasets_from_function_gives_each_replica_a_static_batch(rec
         assert replica_labels.shape == (4,)
 
 
-def test_fixed_order_training_is_reproducible_and_resumable(record_files):
-    def run():
-        return _batches(_dataset(record_files, is_training=True).repeat().take(8))
+def test_training_is_endless_reproducible_and_starts_at_any_batch(record_files):
+    def run(start_batch=0, seed=5, take=9):
+        return _batches(
+            _dataset(
+                record_files, is_training=True, shuffle_seed=seed, start_batch=start_batch
+            ).take(take)
+        )
 
-    first, second = run(), run()
-    for (images, labels), (images_again, labels_again) in zip(first, second):
+    first = run()
+    for (images, labels), (images_again, labels_again) in zip(first, run()):
         np.testing.assert_array_equal(images, images_again)
         np.testing.assert_array_equal(labels, labels_again)
-    # 4 batches a pass: the second pass reads the records in the same order, cropped anew.
-    for (images, labels), (images_next, labels_next) in zip(first[:4], first[4:]):
-        np.testing.assert_array_equal(labels, labels_next)
-        assert not np.array_equal(images, images_next)
-    # A resumed run (repeat, then skip what was trained) sees what an uninterrupted one does.
-    resumed = _batches(_dataset(record_files, is_training=True).repeat().skip(3).take(5))
-    for (images, labels), (images_resumed, labels_resumed) in zip(first[3:], resumed):
+    # Two passes over the 18 records and more: each pass reads every record once, in a new
+    # order, with new crops.
+    labels = np.concatenate([batch_labels for _, batch_labels in first])
+    assert len(labels) == 36
+    assert sorted(labels[:18]) == sorted(labels[18:36]) == sorted(ALL_CLASSES)
+    assert not np.array_equal(labels[:18], labels[18:36])
+    # A resumed run (started at batch 3) sees what an uninterrupted one does, crops included.
+    for (images, labels), (images_resumed, labels_resumed) in zip(first[3:], run(3, take=6)):
         np.testing.assert_array_equal(images, images_resumed)
         np.testing.assert_array_equal(labels, labels_resumed)
+    other = np.concatenate([batch_labels for _, batch_labels in run(seed=6)])
+    assert not np.array_equal(other, labels)
 
 
-def test_shuffled_training_is_endless_and_shuffled(record_files):
-    fixed = np.concatenate(
-        [labels for _, labels in _batches(_dataset(record_files, is_training=True))]
-    )
-    shuffled = _batches(
-        _dataset(record_files, is_training=True, shuffle_seed=5, shuffle_buffer_size=18).take(12)
-    )
-    labels = np.concatenate([batch_labels for _, batch_labels in shuffled])
-    assert len(labels) == 48  # 48 examples from 18 records: more than two passes
-    assert set(labels) <= ALL_CLASSES and len(set(labels)) > 12
-    assert not np.array_equal(labels[:16], fixed)
+def test_a_record_gets_the_same_crop_in_an_epoch_whichever_pipeline_reads_it(record_files):
+    # One record file per pipeline: the crop of a record depends on its content and epoch.
+    one = _batches(_dataset(record_files[:2], batch_size=1, is_training=True).take(12))
+    shares = [
+        _batches(
+            _dataset(
+                record_files[:2], batch_size=1, is_training=True, input_context=_context(2, i)
+            ).take(6)
+        )
+        for i in range(2)
+    ]
+    crops = {int(labels[0]): images for images, labels in one}
+    for share in shares:
+        for images, labels in share:
+            np.testing.assert_array_equal(images, crops[int(labels[0])])
+
+
+def test_training_files_that_do_not_divide_over_the_pipelines_are_refused(record_files):
+    with pytest.raises(ValueError, match=r"3 training file\(s\) do not divide evenly over 2"):
+        _dataset(record_files, batch_size=1, is_training=True, input_context=_context(2, 0))
 
 
 def test_batch_larger_than_the_data_is_refused(record_files):
