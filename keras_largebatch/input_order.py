@@ -153,19 +153,18 @@ def shuffled_records(
     def windows(records, epoch, first_window, first_offset=0):
         # Each window of the epoch permuted by (seed, epoch, window); the stream starts at the
         # first record of window `first_window`, so the windows are those of the whole epoch,
-        # and its first `first_offset` records are dropped as a slice (not one by one).
+        # and its first `first_offset` records are dropped as a slice. Whole windows are
+        # permuted and unbatched, with their epochs: no function runs per record.
         def permute(window, batch):
             size = tf.shape(batch, out_type=tf.int64)[0]
             order = epoch_permutation(size, seed, epoch, window + 1)
             start = tf.where(window == first_window, tf.constant(first_offset, tf.int64), 0)
-            return tf.data.Dataset.from_tensor_slices(tf.gather(batch, order)[start:])
+            return tf.gather(batch, order)[start:], tf.fill([size - start], epoch)
 
-        return (
-            records.batch(window_size)
-            .enumerate(start=first_window)
-            .flat_map(permute)
-            .map(lambda record: (record, tf.cast(epoch, tf.int64)))
-        )
+        epoch = tf.cast(epoch, tf.int64)
+        # The next window is read and permuted while this one is consumed.
+        windows = records.batch(window_size).enumerate(start=first_window).map(permute)
+        return windows.prefetch(1).unbatch()
 
     def full_epoch(epoch):
         ordered = tf.gather(tf.constant(files), epoch_permutation(len(files), seed, epoch))
@@ -259,6 +258,8 @@ def _read_tfrecords(path):
 def count_records(files, cycle_length=16):
     """The records of each of ``files``, read once (in parallel)."""
     files = [str(path) for path in files]
+    if not files:
+        return []
     counts = (
         tf.data.Dataset.from_tensor_slices(files)
         .enumerate()

@@ -145,11 +145,13 @@ def make_pretraining_dataset(
             start=start_batch * batch_size_per_replica,
             cycle_length=cycle_length,
             window_size=shuffle_buffer_size,
-        ).map(lambda record, epoch: record)
+        )
     else:
         dataset = _evaluation_records(files, num_pipelines, pipeline_id)
     # Parsing whole batches with one parse_example call is several times faster than per record.
     dataset = dataset.batch(batch_size_per_replica, drop_remainder=True)
+    if is_training:
+        dataset = dataset.map(lambda batch, epochs: batch)  # a batch's epochs: not needed here
     parse = _make_parser(feature_names, seq_length, max_predictions_per_seq, dynamic_masking)
     if dynamic_masker is None:
         dataset = dataset.map(parse, num_parallel_calls=tf.data.AUTOTUNE)
