@@ -135,11 +135,11 @@ def make_imagenet_dataset(
             read_file=_read_file,
         )
         dataset = records.map(
-            lambda serialized, epoch: (
-                serialized,
-                _augmentation_seed(serialized, augmentation_seed, epoch),
-            )
-        ).map(train_example, num_parallel_calls=tf.data.AUTOTUNE)
+            lambda serialized, epoch: train_example(
+                serialized, _augmentation_seed(serialized, augmentation_seed, epoch)
+            ),
+            num_parallel_calls=tf.data.AUTOTUNE,
+        )
     else:
         dataset = _read_records(share, cycle_length=1).map(
             eval_example, num_parallel_calls=tf.data.AUTOTUNE
