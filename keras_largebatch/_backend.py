@@ -10,8 +10,9 @@ import sys
 BACKENDS = ("tensorflow", "jax")
 # `keras_largebatch.distribute.get_strategy`'s names on TensorFlow; "auto" is the best available.
 TENSORFLOW_STRATEGY_NAMES = ("auto", "tpu", "multi_worker", "mirrored", "one_device", "default")
-# `keras.distribution` on JAX.
-JAX_STRATEGY_NAMES = ("auto", "data_parallel")
+# `keras.distribution` on JAX: DataParallel ("auto" is it), or ModelParallel over a (batch, model)
+# mesh with the recipe's layout map.
+JAX_STRATEGY_NAMES = ("auto", "data_parallel", "model_parallel")
 STRATEGY_NAMES = TENSORFLOW_STRATEGY_NAMES + JAX_STRATEGY_NAMES[1:]
 
 

@@ -141,6 +141,7 @@ def test_pretrain_bert_runs_the_tiny_default_job_on_the_jax_road(tmp_path):
     assert summary["global_steps"] == configured_steps == 4
     assert run_config["strategy"] == {
         "name": "auto",
+        "model_axis_size": None,
         "tpu": None,
         "devices": None,
         "input_pipelines": None,

@@ -7,6 +7,9 @@ computes its own loss and metrics, so it is compiled with an optimizer only::
     model = BertPretrainer(backbone)
     model.compile(optimizer=keras_largebatch.LAMB(...))
     model.fit(dataset, ...)
+
+`layout_map` splits its large kernels over the "model" axis of a device mesh, for
+`keras.distribution.ModelParallel`.
 """
 
 import keras
@@ -16,6 +19,31 @@ from keras import ops
 from keras_largebatch.bert.config import MODEL_SIZES
 
 FEATURE_NAMES = ("token_ids", "segment_ids", "padding_mask", "mask_positions")
+
+# Variable path (a regex of `keras.distribution.LayoutMap`) -> the mesh axis of each dimension,
+# for the variables of a `BertBackbone` (inside a `BertPretrainer` or not) that `layout_map`
+# splits; every other variable is replicated.
+_LAYOUTS = {
+    # Columns: each device looks up and projects with its share of the hidden features.
+    r"(.*/)?token_embedding/embeddings": (None, "model"),
+    # Column-parallel: (hidden, heads, head_dim) and (heads, head_dim), each device its heads.
+    r"(.*/)?transformer_layer_\d+/self_attention_layer/(query|key|value)/kernel": (
+        None,
+        "model",
+        None,
+    ),
+    r"(.*/)?transformer_layer_\d+/self_attention_layer/(query|key|value)/bias": ("model", None),
+    # Row-parallel: (heads, head_dim, hidden), the partial sums over the heads all-reduced.
+    r"(.*/)?transformer_layer_\d+/self_attention_layer/attention_output/kernel": (
+        "model",
+        None,
+        None,
+    ),
+    # Column- then row-parallel: (hidden, intermediate) by columns, (intermediate, hidden) by rows.
+    r"(.*/)?transformer_layer_\d+/feedforward_intermediate_dense/kernel": (None, "model"),
+    r"(.*/)?transformer_layer_\d+/feedforward_intermediate_dense/bias": ("model",),
+    r"(.*/)?transformer_layer_\d+/feedforward_output_dense/kernel": ("model", None),
+}
 
 
 def bert_backbone(
@@ -58,6 +86,31 @@ def bert_backbone(
         num_segments=2,
         dtype=dtype,
     )
+
+
+def layout_map(device_mesh):
+    """The `keras.distribution.LayoutMap` that splits a BERT's large kernels over the "model"
+    axis of ``device_mesh`` as Megatron-LM does (Shoeybi et al. 2019, "Megatron-LM: Training
+    Multi-Billion Parameter Language Models Using Model Parallelism", arXiv:1909.08053,
+    section 3): in each transformer layer the query, key and value kernels and biases by
+    attention heads and the attention output kernel by the same heads, the feed-forward
+    intermediate kernel and bias by columns and the output kernel by rows, so that a layer's
+    attention and its feed-forward block each need one all-reduce of their output. The small
+    variables (position and segment embeddings, layer norms, the row-parallel biases, the
+    pooler and the heads) are replicated.
+
+    The token embedding is split by its hidden features, not by its rows as Megatron-LM's
+    vocabulary-parallel embedding is: JAX splits a dimension only into equal parts, and
+    BERT's 30,522-row vocabulary divides by no power of two above 2 (Megatron-LM pads it, which
+    would change the model); its 768 or 1,024 hidden features divide like its heads.
+
+    Every dimension split must be divisible by the size of the "model" axis (the recipe
+    checks, `keras_largebatch.bert.recipe.BertPretraining.layout_map`).
+    """
+    layouts = keras.distribution.LayoutMap(device_mesh)
+    for path, axes in _LAYOUTS.items():
+        layouts[path] = axes
+    return layouts
 
 
 class BertPretrainer(keras.Model):

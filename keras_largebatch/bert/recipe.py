@@ -57,6 +57,25 @@ class BertPretraining(Recipe):
     def build_model(self):
         return build_model(self.config, self.vocabulary_size())
 
+    def layout_map(self, device_mesh):
+        """`model.layout_map`'s Megatron-LM split over the mesh's "model" axis; raises
+        ValueError unless that axis's size divides the widths it splits: the attention heads,
+        the hidden features (of the token embedding) and the feed-forward width."""
+        model_axis_size = device_mesh.shape[device_mesh.axis_names.index("model")]
+        _, hidden_dim, num_heads, intermediate_dim = self.config.model.dimensions()
+        for key, value in (
+            ("model.num_heads", num_heads),
+            ("model.hidden_dim", hidden_dim),
+            ("model.intermediate_dim", intermediate_dim),
+        ):
+            if value % model_axis_size:
+                raise ValueError(
+                    f"strategy.model_axis_size={model_axis_size} must divide {key}={value} (of "
+                    f"model.size={self.config.model.size!r} and its overrides), which "
+                    "model_parallel splits over the model axis"
+                )
+        return model_lib.layout_map(device_mesh)
+
     def build_optimizer(self, phase, model):
         return build_optimizer(self.config.optimizer, phase, model)
 

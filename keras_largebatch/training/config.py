@@ -37,11 +37,14 @@ _ADDRESS = re.compile(r"^\S+:\d+$")
 @dataclasses.dataclass
 class StrategyConfig:
     """The devices to train on (`keras_largebatch.training.devices`): a tf.distribute strategy
-    on TensorFlow (`keras_largebatch.distribute.get_strategy`), DataParallel on JAX, where a
-    multi-host run is a group of processes (`keras_largebatch.training.process_group`)."""
+    on TensorFlow (`keras_largebatch.distribute.get_strategy`), DataParallel or ModelParallel on
+    JAX, where a multi-host run is a group of processes
+    (`keras_largebatch.training.process_group`)."""
 
     name: str = "auto"  # TF: auto, tpu, multi_worker, mirrored, one_device, default; JAX: auto,
-    # data_parallel
+    # data_parallel, model_parallel (the recipe's large kernels split over a "model" mesh axis)
+    model_axis_size: Optional[int] = None  # JAX, model_parallel only (required there): devices
+    # each split kernel is split over; the mesh is (devices / size "batch", size "model")
     tpu: Optional[str] = None  # "local", a TPU name or grpc://host:port (TF: name tpu or auto)
     devices: Optional[list[str]] = None  # TF: for mirrored / one_device; JAX: e.g. ['tpu:0']
     input_pipelines: Optional[int] = None  # JAX: input pipelines the run's data is read in, a
@@ -86,11 +89,14 @@ def check_strategy_config(strategy, backend=None):
             f"strategy.name={strategy.name!r} is not available on the {backend} backend; "
             f"allowed there: {allowed}"
             + (
-                " (JAX trains on keras.distribution.DataParallel, not tf.distribute)"
+                " (JAX trains on keras.distribution.DataParallel or ModelParallel, not "
+                "tf.distribute)"
                 if backend == "jax"
-                else " (data_parallel is keras.distribution.DataParallel, for KERAS_BACKEND=jax)"
+                else " (data_parallel and model_parallel are keras.distribution's DataParallel "
+                "and ModelParallel, for KERAS_BACKEND=jax)"
             )
         )
+    _check_model_axis(strategy)
     if backend != "jax":
         defaults = StrategyConfig()
         for name in _JAX_ONLY_FIELDS:
@@ -118,6 +124,28 @@ def check_strategy_config(strategy, backend=None):
                 "on the jax backend give names such as 'tpu:0' or 'cpu:1' (as "
                 "keras.distribution.list_devices() writes them), or null for all of them"
             )
+
+
+def _check_model_axis(strategy):
+    """``strategy.model_axis_size``: an integer >= 1 with ``model_parallel``, null otherwise.
+    That it divides the devices is checked where they are known
+    (`keras_largebatch.training.devices.JaxDevices`)."""
+    size = strategy.model_axis_size
+    if strategy.name != "model_parallel":
+        if size is not None:
+            raise ValueError(
+                f"strategy.model_axis_size={size!r} sizes the model axis of "
+                f"strategy.name=model_parallel, but strategy.name={strategy.name!r}; allowed "
+                "with it: null (or set strategy.name=model_parallel on the jax backend)"
+            )
+        return
+    if size is None:
+        raise ValueError(
+            "strategy.name=model_parallel needs strategy.model_axis_size, the number of devices "
+            "each split kernel is split over (a divisor of the run's devices, e.g. 2, 4 or 8), "
+            "got null"
+        )
+    _checks.check_integer("strategy.model_axis_size", size, low=1)
 
 
 def _check_process_group(strategy):

@@ -2,7 +2,7 @@
 
 The trainer talks to one object, made by `create_devices` from the run's ``strategy`` settings:
 
-    devices = create_devices(config.strategy)
+    devices = create_devices(config.strategy, layout_map=recipe.layout_map)
     devices.num_replicas             # examples of a micro-batch are split over this many
     devices.num_processes            # processes of the run (workers, hosts)
     devices.input_pipelines          # JAX: input pipelines of the run; TensorFlow: None
@@ -14,7 +14,8 @@ The trainer talks to one object, made by `create_devices` from the run's ``strat
         model = ...
         devices.prepare_fit(model)   # after compile
         model.fit(devices.distribute(dataset_fn), ...)
-    devices.describe()               # backend, kind, replicas, workers, devices: for the summary
+    devices.describe()               # backend, kind, replicas, workers, devices (and the mesh
+                                     # under model_parallel): for the summary
 
 On TensorFlow it wraps the `tf.distribute` strategy of `keras_largebatch.distribute.get_strategy`:
 ``dataset_fn`` is called once per input pipeline with its `tf.distribute.InputContext`, and
@@ -27,9 +28,17 @@ process joins the shares of its pipelines, and Keras makes them one global micro
 over the devices along the batch axis. The step is one program over all of them, so the
 gradient, a sum over the batch and the batch-norm statistics already cover the global batch.
 
+With ``strategy.name=model_parallel`` it is `keras.distribution.ModelParallel` over a mesh of
+``(devices / M, M)`` devices, axes ``("batch", "model")`` with ``M`` the
+``strategy.model_axis_size``: the recipe's `Recipe.layout_map` splits its large kernels over
+"model", and the batch is split over "batch" only, so the run's replicas (``num_replicas``, what
+a micro-batch is split over) are its ``devices / M`` rows. Each row lies within one process
+(``M`` must divide every process's devices), so that a process holds whole rows and reads its
+own share of the input as under DataParallel.
+
 `config.check_strategy_config` refuses a setting of the other backend (``strategy.name=mirrored``
-on JAX, ``data_parallel`` on TensorFlow), naming the key, its value, the backend and what is
-allowed.
+on JAX, ``data_parallel`` or ``model_parallel`` on TensorFlow), naming the key, its value, the
+backend and what is allowed.
 """
 
 import contextlib
@@ -42,15 +51,18 @@ from keras_largebatch.training.config import check_strategy_config
 from keras_largebatch.training.process_group import check_same, start_process_group
 
 
-def create_devices(strategy):
+def create_devices(strategy, layout_map=None):
     """The `TensorFlowDevices` or `JaxDevices` that the ``strategy`` settings (a
     `config.StrategyConfig`, checked by `config.check_strategy_config`) describe on Keras's backend.
+
+    ``layout_map``: for ``strategy.name=model_parallel``, the function of the device mesh that
+    returns the model's `keras.distribution.LayoutMap` (a recipe's `Recipe.layout_map`).
 
     Call it before any other TensorFlow op runs (see `keras_largebatch.distribute.get_strategy`).
     """
     check_strategy_config(strategy)
     if keras.backend.backend() == "jax":
-        return JaxDevices(strategy)
+        return JaxDevices(strategy, layout_map)
     return TensorFlowDevices(
         distribute.get_strategy(strategy.name, tpu=strategy.tpu, devices=strategy.devices)
     )
@@ -95,7 +107,9 @@ class TensorFlowDevices:
 class JaxDevices:
     """`keras.distribution.DataParallel` over the run's devices (``strategy.devices``, Keras
     device names; None: all of them, over every host): variables are replicated on each
-    device, batches split over them.
+    device, batches split over them. Or, with ``strategy.name=model_parallel``,
+    `keras.distribution.ModelParallel` over a ``(batch, model)`` mesh of them, the variables
+    laid out by ``layout_map(device_mesh)``, batches split over the "batch" axis.
 
     A run of several processes (`process_group.start_process_group`, called first) is one
     program over the devices of all of them; each process reads its share of the input
@@ -104,7 +118,7 @@ class JaxDevices:
 
     backend = "jax"
 
-    def __init__(self, strategy):
+    def __init__(self, strategy, layout_map=None):
         start_process_group(strategy)
         if tf.config.list_physical_devices("GPU"):
             # TensorFlow only reads the input here; left its GPUs, it would take their memory
@@ -139,18 +153,56 @@ class JaxDevices:
             process: sum(by_name[name].process_index == process for name in self.devices)
             for process in range(self.num_processes)
         }
+        named = f"strategy.devices={devices!r}" if devices else "the devices JAX lists"
         if len(set(counts.values())) != 1 or not counts[0]:
-            named = f"strategy.devices={devices!r}" if devices else "the devices JAX lists"
             raise ValueError(
                 f"{named} must hold as many devices of every process, at least one; got "
                 f"{counts} devices per process"
             )
-        self.distribution = keras.distribution.DataParallel(
-            devices=self.devices, auto_shard_dataset=False
-        )
-        self.num_replicas = len(self.devices)
+        self.kind = "model_parallel" if strategy.name == "model_parallel" else "data_parallel"
+        self.mesh_shape = None  # model_parallel: {"batch": rows, "model": devices per row}
+        if self.kind == "model_parallel":
+            if layout_map is None:
+                raise ValueError(
+                    "strategy.name=model_parallel needs the recipe's layout map: "
+                    "create_devices(strategy, layout_map=recipe.layout_map)"
+                )
+            self.mesh_shape = self._mesh_shape(strategy.model_axis_size, named, counts[0])
+            mesh = keras.distribution.DeviceMesh(
+                shape=tuple(self.mesh_shape.values()),
+                axis_names=tuple(self.mesh_shape),
+                devices=self.devices,
+            )
+            self.distribution = keras.distribution.ModelParallel(
+                layout_map=layout_map(mesh), batch_dim_name="batch", auto_shard_dataset=False
+            )
+            self.num_replicas = self.mesh_shape["batch"]
+        else:
+            self.distribution = keras.distribution.DataParallel(
+                devices=self.devices, auto_shard_dataset=False
+            )
+            self.num_replicas = len(self.devices)
         self.input_pipelines = strategy.input_pipelines or self.num_processes
         self.writes = self.process_index == 0
+
+    def _mesh_shape(self, model_axis_size, named, devices_per_process):
+        """``{"batch": rows, "model": model_axis_size}`` of the ModelParallel mesh; raises
+        unless ``model_axis_size`` divides the devices (``named``) and, in a run of several
+        processes, each process's ``devices_per_process``."""
+        key = f"strategy.model_axis_size={model_axis_size}"
+        if len(self.devices) % model_axis_size:
+            raise ValueError(
+                f"{key} must divide the {len(self.devices)} devices of the run ({named}: "
+                f"{self.devices}); the mesh is (devices / model_axis_size, model_axis_size)"
+            )
+        if self.num_processes > 1 and devices_per_process % model_axis_size:
+            raise ValueError(
+                f"{key} must divide the {devices_per_process} devices of each of the "
+                f"{self.num_processes} processes: a row of the (batch, model) mesh must lie "
+                "within one process, which reads the input of its rows (a model axis across "
+                "processes would need every process to read the same batch)"
+            )
+        return {"batch": len(self.devices) // model_axis_size, "model": model_axis_size}
 
     def scope(self):
         return self.distribution.scope()
@@ -206,10 +258,14 @@ class JaxDevices:
         """Nothing to ready on JAX (the mirrored-strategy fault is TensorFlow's)."""
 
     def describe(self):
+        """``backend``, ``kind``, ``num_replicas``, ``num_workers``, ``devices``, the process's
+        index, devices and input pipelines; and for model_parallel ``mesh_shape``, ``{"batch":
+        rows, "model": devices per row}`` (the replicas are the rows)."""
         return {
             "backend": self.backend,
-            "kind": "data_parallel",
+            "kind": self.kind,
             "num_replicas": self.num_replicas,
+            **({"mesh_shape": self.mesh_shape} if self.mesh_shape else {}),
             "num_workers": self.num_processes,
             "devices": self.devices,
             "process_index": self.process_index,

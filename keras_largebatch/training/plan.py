@@ -107,7 +107,9 @@ def plan_run(config, num_replicas, input_pipelines=None, num_processes=1):
     """The `RunPlan` of ``config`` (a validated `config.RunConfig`) on ``num_replicas``
     replicas over ``num_processes`` processes that read ``input_pipelines`` input pipelines
     (the JAX road's `devices.JaxDevices.input_pipelines`; None: as the strategy decides, one
-    per worker on TensorFlow); ``config`` is not changed.
+    per worker on TensorFlow); ``config`` is not changed. The replicas are what a micro-batch
+    is split over: the devices, or under JAX's model_parallel the rows of the (batch, model)
+    mesh, whose devices share their examples.
 
     Every phase's split is checked against the config's limits here
     (`RunConfig.check_accumulation`), its accumulation given or derived, so that a config

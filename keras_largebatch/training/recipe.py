@@ -2,7 +2,8 @@
 trainer.
 
 A recipe says what to train; `keras_largebatch.training.trainer.Trainer` runs it: picks the
-devices (`training.devices`: a tf.distribute strategy on TensorFlow, DataParallel on JAX),
+devices (`training.devices`: a tf.distribute strategy on TensorFlow, DataParallel on JAX, or
+ModelParallel with the recipe's `Recipe.layout_map`),
 resolves the config into a plan for their replicas (`training.plan`), claims the run
 directory, builds the model in their scope, and for each phase builds the optimizer,
 positions the data at the step it resumes from, trains logging windows, and writes
@@ -41,6 +42,22 @@ class Recipe(abc.ABC):
         the run directory: keep it for `dataset`), after the run directory is claimed, before
         the model is built. Raise ValueError for bad input here, before any training.
         """
+
+    def layout_map(self, device_mesh):
+        """The `keras.distribution.LayoutMap` of the model's variables on ``device_mesh`` (a
+        `keras.distribution.DeviceMesh` of axes ``("batch", "model")``), for
+        ``strategy.name=model_parallel`` on JAX: which kernels are split over the "model" axis
+        and how (variables it names nothing for are replicated). Called once, when the devices
+        are picked, before `prepare`; raise ValueError there for a model that does not split
+        over the mesh.
+
+        The default refuses: a recipe without a layout map trains with data_parallel only.
+        """
+        raise ValueError(
+            f"strategy.name=model_parallel needs a layout map of the model's variables, and the "
+            f"{self.name!r} recipe ({type(self).__name__}) has none; allowed for it: "
+            "strategy.name=data_parallel (or auto)"
+        )
 
     @abc.abstractmethod
     def build_model(self):

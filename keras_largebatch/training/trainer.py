@@ -77,19 +77,20 @@ class Trainer:
             excluded), ``initial`` and ``final`` (the first and last logging window's reported
             metrics), ``phases`` (per phase: steps, global batch, replicas, per-replica batch,
             accumulation steps, throughput), ``strategy`` (backend, kind, replicas, workers,
-            devices), ``resumed_from_step``, ``wall_time_seconds``, ``checkpoint``, and the
-            recipe's own fields.
+            devices, and the mesh under model_parallel), ``resumed_from_step``,
+            ``wall_time_seconds``, ``checkpoint``, and the recipe's own fields.
 
         Raises:
-            ValueError: a setting of the other Keras backend, an output directory holding a
-                different run, a batch that does not split over the replicas within
-                ``max_per_replica_batch_size`` or over the input pipelines, processes given
-                different configs or seeing different run directories, or bad input found by
-                the recipe; all before any training. OSError: no checkpoint of the run can
-                be read.
+            ValueError: a setting of the other Keras backend, model_parallel for a recipe
+                without a layout map or with a model axis that does not divide the devices,
+                an output directory holding a different run, a batch that does not split
+                over the replicas within ``max_per_replica_batch_size`` or over the input
+                pipelines, processes given different configs or seeing different run
+                directories, or bad input found by the recipe; all before any training.
+                OSError: no checkpoint of the run can be read.
         """
         start_time = time.perf_counter()
-        self.devices = create_devices(self.config.strategy)
+        self.devices = create_devices(self.config.strategy, layout_map=self.recipe.layout_map)
         # First, while every process still runs the same code: a process whose config fails
         # a check that the others pass would leave them waiting in a collective.
         self.devices.check_same(
@@ -347,11 +348,16 @@ def make_phase_dataset(devices, recipe, phase, start_step=0):
 
 def _describe_devices(description):
     """The devices of a `devices.describe` for the first progress line: backend, strategy,
-    replicas and devices, and in a run of several JAX processes which one this is."""
+    replicas and devices (and their mesh under model_parallel), and in a run of several JAX
+    processes which one this is."""
     text = (
         f"{description['backend']} backend, strategy {description['kind']} with "
         f"{description['num_replicas']} replica(s) on {description['devices']}"
     )
+    if description.get("mesh_shape"):
+        text += ", a mesh of " + " x ".join(
+            f"{size} ({axis})" for axis, size in description["mesh_shape"].items()
+        )
     if description.get("process_index") is None or description["num_workers"] == 1:
         return text
     return (

@@ -89,6 +89,19 @@ def test_a_recipe_config_extends_the_run_config(tmp_path):
             r"strategy.initialization_timeout=5 is a setting of the jax .*allowed there: 300",
         ),
         (["strategy.input_pipelines=2"], ValueError, r"strategy.input_pipelines=2 is a setting"),
+        (
+            ["strategy.name=model_parallel", "strategy.model_axis_size=2"],
+            ValueError,
+            r"strategy.name='model_parallel' is not available on the tensorflow backend; "
+            r"allowed there: \(.*'default'\) \(data_parallel and model_parallel are "
+            r"keras.distribution's DataParallel and ModelParallel, for KERAS_BACKEND=jax\)",
+        ),
+        (
+            ["strategy.model_axis_size=2"],
+            ValueError,
+            r"strategy.model_axis_size=2 sizes the model axis of strategy.name=model_parallel, "
+            r"but strategy.name='default'; allowed with it: null",
+        ),
     ],
 )
 def test_bad_values_name_the_key_and_value(tmp_path, overrides, error, message):
@@ -121,6 +134,35 @@ def test_process_group_settings_are_checked_on_jax(settings, message):
     strategy = training_config.StrategyConfig(name="data_parallel", **settings)
     with pytest.raises(ValueError, match=message):
         training_config.check_strategy_config(strategy, backend="jax")
+
+
+@pytest.mark.parametrize(
+    "settings, message",
+    [
+        (
+            {"name": "model_parallel"},
+            r"strategy.name=model_parallel needs strategy.model_axis_size, the number of devices "
+            r"each split kernel is split over \(a divisor of the run's devices, e.g. 2, 4 or 8\), "
+            r"got null",
+        ),
+        (
+            {"name": "model_parallel", "model_axis_size": 0},
+            r"strategy.model_axis_size must be in \[1, inf\], got 0",
+        ),
+        (
+            {"name": "data_parallel", "model_axis_size": 2},
+            r"strategy.model_axis_size=2 sizes the model axis of strategy.name=model_parallel, "
+            r"but strategy.name='data_parallel'; allowed with it: null",
+        ),
+    ],
+)
+def test_the_model_axis_is_sized_with_model_parallel_only_on_jax(settings, message):
+    with pytest.raises(ValueError, match=message):
+        training_config.check_strategy_config(
+            training_config.StrategyConfig(**settings), backend="jax"
+        )
+    model_parallel = training_config.StrategyConfig(name="model_parallel", model_axis_size=2)
+    assert training_config.check_strategy_config(model_parallel, backend="jax") is None
 
 
 # Hand-computed splits: (global batch, replicas, most examples per replica) -> the fewest

@@ -285,8 +285,8 @@ def test_a_setting_of_the_other_backend_is_refused_first(tmp_path):
     with pytest.raises(
         ValueError,
         match=r"strategy.name='data_parallel' is not available on the tensorflow backend; "
-        r"allowed there: \('auto', 'tpu', .*keras.distribution.DataParallel, for "
-        r"KERAS_BACKEND=jax",
+        r"allowed there: \('auto', 'tpu', .*keras.distribution's DataParallel and "
+        r"ModelParallel, for KERAS_BACKEND=jax",
     ):
         trainer.train(config, recipe, log=lambda line: None)
     assert not recipe.prepared and not os.path.exists(tmp_path / "run_config.json")
