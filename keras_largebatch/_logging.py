@@ -11,6 +11,7 @@ alone hides only the later ones (the CPU-instruction notice, with level 1 or mor
 off, which changes speed and round-off: not done here.
 """
 
+import importlib.util
 import os
 import sys
 import tempfile
@@ -42,8 +43,8 @@ def quiet_tensorflow_logs():
     the environment keeps everything. Does nothing once TensorFlow is imported: its lines
     are then already out.
     """
-    if "tensorflow" in sys.modules:
-        return
+    if "tensorflow" in sys.modules or importlib.util.find_spec("tensorflow") is None:
+        return  # already out, or a core install without TensorFlow: nothing to quiet
     if os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2") == "0":
         return
     with tempfile.TemporaryFile(mode="w+b") as captured:

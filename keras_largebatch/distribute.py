@@ -29,10 +29,14 @@ import os
 import socket
 import urllib.parse
 
-import tensorflow as tf
-
+from keras_largebatch import _extras
 from keras_largebatch._backend import TENSORFLOW_STRATEGY_NAMES as STRATEGY_NAMES
 from keras_largebatch._checks import check_choice, check_integer, check_number, check_string
+
+try:
+    import tensorflow as tf
+except ModuleNotFoundError as error:
+    raise _extras.missing_extra(__name__, "tensorflow", error) from error
 
 COMMUNICATION_NAMES = ("auto", "ring", "nccl")
 

@@ -1,23 +1,23 @@
 """The command `keras-largebatch-plot-schedule`: a learning-rate schedule to a PNG.
 
     keras-largebatch-plot-schedule lr.png --config phases.yaml
+    keras-largebatch-plot-schedule lr.png --config bert_large_lamb_64k_32k
     keras-largebatch-plot-schedule lr.png --peak-learning-rate 6e-3 \\
         --total-steps 7038 --warmup-steps 2000 --power 0.5
 
 `--config` reads a YAML or JSON file holding a pretraining config (`keras-largebatch-pretrain
 --config`, or just its `phases:` list; omitted phase fields take the pretraining defaults) or a
-serialized schedule (the output of `keras.optimizers.schedules.serialize`).
+serialized schedule (the output of `keras.optimizers.schedules.serialize`), or names a bundled
+BERT recipe as `keras-largebatch-pretrain --config` does.
 
 The plotting lives with the schedules, in `keras_largebatch.schedules.plot`. It is imported
 inside the functions (importing the schedules imports Keras), so that `main` quiets
 TensorFlow's start-up lines before TensorFlow is first imported.
 """
 
-import argparse
-
-import yaml
-
+from keras_largebatch import _extras
 from keras_largebatch._logging import quiet_tensorflow_logs
+from keras_largebatch.training import command
 
 
 def plot_schedule(schedule, output_path, *args, **kwargs):
@@ -59,14 +59,16 @@ def schedule_from_config(config):
 
 
 def _parser():
-    parser = argparse.ArgumentParser(
+    parser = command.ArgumentParser(
         prog="keras-largebatch-plot-schedule",
         description="Plot a learning-rate schedule to a PNG file.",
     )
     parser.add_argument("output", help="the PNG file to write")
     parser.add_argument(
         "--config",
-        help="YAML or JSON file with a 'phases' list or a serialized schedule",
+        metavar="NAME|FILE",
+        help="a bundled BERT recipe (keras-largebatch-pretrain --list-configs), or a YAML or "
+        "JSON file with a 'phases' list or a serialized schedule; a file of that name wins",
     )
     parser.add_argument(
         "--peak-learning-rate",
@@ -92,7 +94,11 @@ def _parser():
 
 def main(argv=None):
     """Entry point of `keras-largebatch-plot-schedule`; returns the exit status."""
+    _extras.exit_unless_installed("keras-largebatch-plot-schedule", "plot")
     quiet_tensorflow_logs()
+    import yaml
+
+    from keras_largebatch.bert import config as bert_config
     from keras_largebatch.schedules import WarmupPolynomialDecay
 
     parser = _parser()
@@ -105,7 +111,7 @@ def main(argv=None):
                     "--peak-learning-rate and --warmup-steps describe a schedule; "
                     "give them or --config, not both"
                 )
-            with open(args.config) as file:
+            with open(command.config_path(args.config, bert_config.load_config)) as file:
                 schedule = schedule_from_config(yaml.safe_load(file))
         else:
             if args.total_steps is None or any(value is None for value in direct):

@@ -1,6 +1,6 @@
 """Raw text to BERT pretraining TFRecords: the ``keras-largebatch-create-data`` command.
 
-    python -m keras_largebatch.bert.create_data --input_files 'corpus/*.txt' --output_dir data
+    python -m keras_largebatch.bert.create_data --input-files 'corpus/*.txt' --output-dir data
 
 The command parses its arguments and calls the library, whose modules are imported where they
 are used, so that `main` can quiet TensorFlow's start-up lines before anything imports it:
@@ -17,10 +17,11 @@ are used, so that `main` can quiet TensorFlow's start-up lines before anything i
   and parser.
 """
 
-import argparse
 import sys
 
+from keras_largebatch import _extras
 from keras_largebatch._logging import quiet_tensorflow_logs
+from keras_largebatch.training import command
 
 
 def build_parser():
@@ -39,72 +40,72 @@ def build_parser():
         DEFAULT_NUM_OUTPUT_SHARDS,
     )
 
-    parser = argparse.ArgumentParser(
+    parser = command.ArgumentParser(
         prog="keras-largebatch-create-data",
         description="Write BERT pretraining TFRecords (google-research/bert schema) from text "
         "files with one sentence per line and a blank line between documents.",
     )
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument(
-        "--input_files", nargs="+", metavar="PATH_OR_GLOB", help="input text files or glob patterns"
+        "--input-files", nargs="+", metavar="PATH_OR_GLOB", help="input text files or glob patterns"
     )
     source.add_argument(
-        "--default_corpus",
+        "--default-corpus",
         action="store_true",
         help="use the embedded corpus (Python's own documentation) and build "
-        "its vocabulary; excludes --vocab_file",
+        "its vocabulary; excludes --vocab-file",
     )
     parser.add_argument(
-        "--output_dir",
+        "--output-dir",
         required=True,
         help="directory for the record shards, manifest.json and vocab.txt",
     )
     parser.add_argument(
-        "--vocab_file",
+        "--vocab-file",
         default=None,
         help="vocabulary to use, one token per line (default: build one from "
         "the input into OUTPUT_DIR/vocab.txt)",
     )
     parser.add_argument(
-        "--vocabulary_size",
+        "--vocabulary-size",
         type=int,
         default=vocab_lib.DEFAULT_VOCABULARY_SIZE,
         help="most tokens in a built vocabulary (default: %(default)s)",
     )
     parser.add_argument(
-        "--max_seq_length",
+        "--max-seq-length",
         type=int,
         default=DEFAULT_MAX_SEQ_LENGTH,
         help="tokens per instance, [CLS] and [SEP]s included (default: %(default)s)",
     )
     parser.add_argument(
-        "--max_predictions_per_seq",
+        "--max-predictions-per-seq",
         type=int,
         default=DEFAULT_MAX_PREDICTIONS_PER_SEQ,
         help="most masked positions per instance (default: %(default)s)",
     )
     parser.add_argument(
-        "--masked_lm_prob",
+        "--masked-lm-prob",
         type=float,
         default=masking.DEFAULT_MASKED_LM_PROB,
         help="fraction of tokens to mask (default: %(default)s)",
     )
     parser.add_argument(
-        "--dupe_factor",
+        "--dupe-factor",
         type=int,
         default=None,
         help="passes over the corpus, each with new cuts and masks (default: "
         f"{DEFAULT_DUPE_FACTOR}, or {DEFAULT_CORPUS_DUPE_FACTOR} with "
-        "--default_corpus)",
+        "--default-corpus)",
     )
     parser.add_argument(
-        "--short_seq_prob",
+        "--short-seq-prob",
         type=float,
         default=DEFAULT_SHORT_SEQ_PROB,
         help="probability of a shorter random target length (default: %(default)s)",
     )
     parser.add_argument(
-        "--num_output_shards",
+        "--num-output-shards",
         type=int,
         default=DEFAULT_NUM_OUTPUT_SHARDS,
         help="record files, written round-robin (default: %(default)s)",
@@ -116,7 +117,7 @@ def build_parser():
         help="the same seed writes the same bytes (default: %(default)s)",
     )
     parser.add_argument(
-        "--num_workers",
+        "--num-workers",
         type=int,
         default=None,
         help="worker processes; the output does not depend on it (default: "
@@ -124,7 +125,7 @@ def build_parser():
         "them, else 1)",
     )
     parser.add_argument(
-        "--dynamic_masking",
+        "--dynamic-masking",
         action="store_true",
         help="write unmasked records (no masked_lm_* features) for the input "
         "pipeline's per-epoch masking",
@@ -140,6 +141,7 @@ def build_parser():
 
 def main(argv=None):
     """Entry point of ``keras-largebatch-create-data``; returns the process exit status."""
+    _extras.exit_unless_installed("keras-largebatch-create-data", "bert")
     quiet_tensorflow_logs()
     from keras_largebatch.bert.config import DEFAULT_CORPUS_DUPE_FACTOR
     from keras_largebatch.bert.pretraining_data import (
@@ -165,7 +167,7 @@ def main(argv=None):
     try:
         if args.default_corpus:
             if args.vocab_file is not None:
-                parser.error("--default_corpus builds its own vocabulary; drop --vocab_file")
+                parser.error("--default-corpus builds its own vocabulary; drop --vocab-file")
             create_default_pretraining_data(
                 args.output_dir,
                 dupe_factor=(

@@ -13,10 +13,15 @@ computes its own loss and metrics, so it is compiled with an optimizer only::
 """
 
 import keras
-import keras_hub
 from keras import ops
 
+from keras_largebatch import _extras
 from keras_largebatch.bert.config import MODEL_SIZES
+
+try:
+    import keras_hub
+except ModuleNotFoundError as error:
+    raise _extras.missing_extra(__name__, "bert", error) from error
 
 FEATURE_NAMES = ("token_ids", "segment_ids", "padding_mask", "mask_positions")
 

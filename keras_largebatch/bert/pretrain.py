@@ -1,6 +1,6 @@
 """BERT pretraining with LAMB: the ``keras-largebatch-pretrain`` command and its library function.
 
-    python -m keras_largebatch.bert.pretrain [--config FILE.yaml] [key=value ...]
+    python -m keras_largebatch.bert.pretrain [--config NAME|FILE.yaml] [key=value ...]
 
 With no arguments this is the embedded default job: it writes the default corpus (English prose
 shipped with Python), its vocabulary and TFRecords under ``runs/bert_tiny_lamb/data``, then
@@ -32,6 +32,7 @@ BERT is `keras_largebatch.bert.recipe` (`BertPretraining`, its model and optimiz
 
 import sys
 
+from keras_largebatch import _extras
 from keras_largebatch.training import command
 
 
@@ -59,7 +60,7 @@ def pretrain(config, callbacks=(), log=None):
             checkpoint of the run can be read.
     """
     # Imported here, so that `main` quiets TensorFlow's start-up lines before they load and
-    # --print_config prints without them.
+    # --print-config prints without them.
     from keras_largebatch.bert.recipe import BertPretraining
     from keras_largebatch.training.trainer import Trainer
 
@@ -79,6 +80,7 @@ def build_parser():
 
 def main(argv=None):
     """Entry point of ``keras-largebatch-pretrain``; returns the process exit status."""
+    _extras.exit_unless_installed("keras-largebatch-pretrain", "bert")
     from keras_largebatch.bert import config as config_lib
 
     return command.run_command(build_parser(), argv, config_lib.load_config, pretrain)

@@ -3,13 +3,17 @@
 A vocabulary is a list of token strings; a token's id is its index. Files hold one token per line
 (the google-research/bert ``vocab.txt`` format), so the published uncased BERT vocabulary loads
 as is. Text is tokenized uncased: lowercased with accents stripped, then split into WordPieces.
+
+Learning a vocabulary needs tensorflow-text and tokenizing needs keras-hub (both in the ``bert``
+extra); they are imported where they are used, so that reading records and a vocabulary file
+needs TensorFlow only.
 """
 
 import os
 
-import keras_hub
 import tensorflow as tf
-from tensorflow_text.tools.wordpiece_vocab import bert_vocab_from_dataset
+
+from keras_largebatch import _extras
 
 PAD_TOKEN = "[PAD]"
 UNK_TOKEN = "[UNK]"
@@ -56,6 +60,10 @@ def build_vocabulary(
         raise ValueError(
             "sentences must contain at least one string to learn a vocabulary, got none"
         )
+    try:
+        from tensorflow_text.tools.wordpiece_vocab import bert_vocab_from_dataset
+    except ModuleNotFoundError as error:
+        raise _extras.missing_extra("learning a WordPiece vocabulary", "bert", error) from error
     dataset = tf.data.Dataset.from_tensor_slices(list(sentences)).batch(1024)
     return bert_vocab_from_dataset.bert_vocab_from_dataset(
         dataset,
@@ -136,6 +144,10 @@ def make_tokenizer(vocabulary):
     Lowercasing and accent stripping match how ``build_vocabulary`` learns, and the uncased
     google-research/bert vocabulary.
     """
+    try:
+        import keras_hub
+    except ModuleNotFoundError as error:
+        raise _extras.missing_extra("a WordPiece tokenizer", "bert", error) from error
     return keras_hub.tokenizers.WordPieceTokenizer(
         vocabulary=list(vocabulary),
         lowercase=True,

@@ -8,6 +8,7 @@
 import keras
 import numpy as np
 
+from keras_largebatch import _extras
 from keras_largebatch._checks import check_integer, check_number
 from keras_largebatch.schedules.multi_phase import MultiPhaseSchedule
 
@@ -38,6 +39,14 @@ def plot_schedule(schedule, output_path, total_steps=None, num_points=1000, titl
             )
     check_number("total_steps", total_steps, low=0, low_open=True)
     check_integer("num_points", num_points, low=2)
+    # Imported here so that importing the package does not need matplotlib, and with the Agg
+    # backend so that it works without a display.
+    try:
+        import matplotlib
+    except ModuleNotFoundError as error:
+        raise _extras.missing_extra("plotting a schedule", "plot", error) from error
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
 
     steps = np.linspace(0, total_steps, num_points).round()
     steps = np.unique(np.concatenate([steps, _corner_steps(schedule)]))
@@ -45,13 +54,6 @@ def plot_schedule(schedule, output_path, total_steps=None, num_points=1000, titl
     learning_rates = np.array(
         [float(keras.ops.convert_to_numpy(schedule(int(step)))) for step in steps]
     )
-
-    # Imported here so that importing the package does not need matplotlib,
-    # and with the Agg backend so that it works without a display.
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
 
     figure, axes = plt.subplots(figsize=(8, 4.5))
     axes.plot(steps, learning_rates)

@@ -7,6 +7,7 @@ import argparse
 import sys
 
 from keras_largebatch._logging import quiet_tensorflow_logs
+from keras_largebatch.training import command
 
 
 def integer_list(text):
@@ -26,14 +27,16 @@ def rule_mapping(text):
 
 
 def parse_arguments(argv=None):
-    parser = argparse.ArgumentParser(
+    parser = command.ArgumentParser(
         prog="keras-largebatch-study",
         description="Train one CNN on Fashion-MNIST at batch sizes from small to large with "
         "SGD-Nesterov, AdamW, LARS and LAMB, each with the same learning-rate search; write "
         "a CSV of every trial, a summary table and plots. A stopped study resumes.",
     )
     parser.add_argument("--preset", default="default", help="default, large or tiny")
-    parser.add_argument("--output-dir", required=True, help="where the ledger and plots go")
+    parser.add_argument(
+        "--output-dir", help="where the ledger and plots go (default: runs/study-PRESET)"
+    )
     parser.add_argument("--optimizers", type=name_list, help="e.g. sgd_nesterov,adamw,lars,lamb")
     parser.add_argument("--batch-sizes", type=integer_list, help="ascending, e.g. 64,256,1024")
     parser.add_argument(
@@ -50,7 +53,10 @@ def parse_arguments(argv=None):
         action="store_true",
         help="start over in an output directory holding a study with other settings",
     )
-    return parser.parse_args(argv)
+    arguments = parser.parse_args(argv)
+    if arguments.output_dir is None:
+        arguments.output_dir = f"runs/study-{arguments.preset}"
+    return arguments
 
 
 def main(argv=None):

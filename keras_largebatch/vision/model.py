@@ -7,10 +7,14 @@ does). "small" is a two-stage ResNet for 28x28 images (Fashion-MNIST).
 """
 
 import keras
-import keras_hub
 
-from keras_largebatch import _checks
+from keras_largebatch import _checks, _extras
 from keras_largebatch.vision.config import ARCHITECTURES
+
+try:
+    import keras_hub
+except ModuleNotFoundError as error:
+    raise _extras.missing_extra(__name__, "vision", error) from error
 
 
 def image_classifier(architecture, num_classes, image_shape, dtype=None, sync_batch_norm=False):

@@ -1,12 +1,12 @@
 """Image classification with LARS: the ``keras-largebatch-train-images`` command.
 
-    python -m keras_largebatch.vision.train [--config FILE.yaml] [key=value ...]
+    python -m keras_largebatch.vision.train [--config NAME|FILE.yaml] [key=value ...]
 
 With no arguments this is the embedded default job: the small ResNet with LARS on
 Fashion-MNIST (read offline, see `keras_largebatch.vision.fashion_mnist`), evaluated every
-epoch on the 10,000 test images, until 90% top-1 accuracy. ``--config
-tpu_configs/resnet50_lars_32k.yaml`` with ``data.train_files`` and ``data.eval_files`` is the
-MLPerf ResNet-50 recipe on ImageNet records. `config.TrainConfig` lists every setting.
+epoch on the 10,000 test images, until 90% top-1 accuracy. ``--config resnet50_lars_32k``
+(a bundled recipe, see ``--list-configs``) with ``data.train_files`` and ``data.eval_files`` is
+the MLPerf ResNet-50 recipe on ImageNet records. `config.TrainConfig` lists every setting.
 
 The run directory, checkpoints, resume, progress lines, TensorBoard scalars and
 ``summary.json`` are those of every recipe (`keras_largebatch.training.trainer`); the summary
@@ -16,6 +16,7 @@ over resumes, evaluation included).
 
 import sys
 
+from keras_largebatch import _extras
 from keras_largebatch.training import command
 
 
@@ -24,7 +25,7 @@ def train(config, callbacks=(), log=None):
     never changed) describes; returns its summary (`keras_largebatch.training.trainer.Trainer`).
     """
     # Imported here, so that `main` quiets TensorFlow's start-up lines before they load and
-    # --print_config prints without them.
+    # --print-config prints without them.
     from keras_largebatch.training.trainer import Trainer
     from keras_largebatch.vision.recipe import ImageClassification
 
@@ -44,6 +45,7 @@ def build_parser():
 
 def main(argv=None):
     """Entry point of ``keras-largebatch-train-images``; returns the process exit status."""
+    _extras.exit_unless_installed("keras-largebatch-train-images", "vision")
     from keras_largebatch.vision import config as config_lib
 
     return command.run_command(build_parser(), argv, config_lib.load_config, train)

@@ -1,0 +1,73 @@
+"""Which extra each optional feature needs, and the one-line error that names it.
+
+The core, `keras_largebatch.optimizers`, `schedules`, `scaling` and `callbacks`, needs Keras and
+NumPy only and runs on every Keras backend. The rest needs an extra,
+``pip install "keras-largebatch[EXTRA]"``:
+
+* ``tensorflow``: TensorFlow, for `keras_largebatch.distribute` and the training harness (its
+  input pipelines are `tf.data` on every backend), and PyYAML for the harness's configs;
+* ``bert``: that, keras-hub and tensorflow-text (which learns WordPiece vocabularies), for
+  BERT pretraining;
+* ``vision``: that and keras-hub, for image classification;
+* ``plot``: matplotlib and PyYAML (for ``--config``), for ``keras-largebatch-plot-schedule``.
+"""
+
+import importlib.util
+import sys
+
+# The modules each extra installs, as setup.cfg's [options.extras_require] lists their
+# distributions (tests/test_extras.py checks that the two agree).
+EXTRA_MODULES = {
+    "tensorflow": ("tensorflow", "yaml"),
+    "bert": ("tensorflow", "yaml", "keras_hub", "tensorflow_text"),
+    "vision": ("tensorflow", "yaml", "keras_hub"),
+    "plot": ("matplotlib", "yaml"),
+}
+# Module -> the distribution pip installs it from.
+DISTRIBUTIONS = {
+    "keras_hub": "keras-hub",
+    "matplotlib": "matplotlib",
+    "tensorflow": "tensorflow",
+    "tensorflow_text": "tensorflow-text",
+    "yaml": "pyyaml",
+}
+
+
+class MissingExtraError(ModuleNotFoundError):
+    """``feature`` needs ``extra``, which is not (wholly) installed; ``reason`` says what is
+    missing. A ModuleNotFoundError, so that code catching the import's error still does."""
+
+    def __init__(self, feature, extra, reason, name=None):
+        install = f'pip install "keras-largebatch[{extra}]"'
+        super().__init__(f"{feature} needs the {extra} extra ({reason}): {install}", name=name)
+        self.extra = extra
+
+
+def missing_extra(feature, extra, error):
+    """The MissingExtraError to raise, from ``error``, when importing a module of ``extra``
+    for ``feature`` failed with the ModuleNotFoundError ``error``."""
+    return MissingExtraError(feature, extra, str(error), name=error.name)
+
+
+def missing_modules(extra):
+    """The modules of ``extra`` that are not installed; looked up, not imported."""
+    return [module for module in EXTRA_MODULES[extra] if importlib.util.find_spec(module) is None]
+
+
+def exit_unless_installed(prog, extra):
+    """Ends the command ``prog`` when a module of ``extra`` is not installed, with one line on
+    stderr and exit status 2, as its other errors. Its ``main`` calls this first, before any
+    work and before anything imports TensorFlow."""
+    missing = missing_modules(extra)
+    if not missing:
+        return
+    names = [DISTRIBUTIONS[module] for module in missing]
+    verb = "is" if len(names) == 1 else "are"
+    reason = f"{_join(names)} {verb} not installed"
+    error = MissingExtraError("the command", extra, reason, name=missing[0])
+    print(f"{prog}: error: {error}", file=sys.stderr)
+    raise SystemExit(2)
+
+
+def _join(names):
+    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
