@@ -50,7 +50,7 @@ import keras
 from tests.support import jax_training
 from tests.support.bert_records import write_records
 from tests.support.multiworker import free_ports
-from tests.support.runs import ROOT
+from tests.support.runs import ROOT, InterruptAfter
 
 ACCUMULATE = "phases.0.gradient_accumulation_steps=2"
 DATA_PARALLEL = "strategy.name=data_parallel"
@@ -306,22 +306,15 @@ def _first_micro_batch(work_dir, *overrides):
     }
 
 
-class KillAfter(keras.callbacks.Callback):
+class KillAfter(InterruptAfter):
     """Kills its process (SIGKILL, as a preemption does) after ``batches`` training calls, once
     every process of the run has got there."""
 
-    def __init__(self, batches):
-        super().__init__()
-        self.batches = batches
-        self.seen = 0
-
-    def on_train_batch_end(self, batch, logs=None):
+    def interrupt(self):
         from jax.experimental import multihost_utils
 
-        self.seen += 1
-        if self.seen == self.batches:
-            multihost_utils.sync_global_devices("killed")
-            os.kill(os.getpid(), signal.SIGKILL)
+        multihost_utils.sync_global_devices("killed")
+        os.kill(os.getpid(), signal.SIGKILL)
 
 
 def _reference(work_dir, record):

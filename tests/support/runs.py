@@ -30,7 +30,7 @@ class Interrupt(Exception):
 
 
 class InterruptAfter(keras.callbacks.Callback):
-    """Raises `Interrupt` after ``batches`` training calls."""
+    """Ends the run (`interrupt`: raises `Interrupt`) after ``batches`` training calls."""
 
     def __init__(self, batches):
         super().__init__()
@@ -40,7 +40,10 @@ class InterruptAfter(keras.callbacks.Callback):
     def on_train_batch_end(self, batch, logs=None):
         self.seen += 1
         if self.seen == self.batches:
-            raise Interrupt(f"interrupted after {self.batches} training calls")
+            self.interrupt()
+
+    def interrupt(self):
+        raise Interrupt(f"interrupted after {self.batches} training calls")
 
 
 def run_on_jax(module, *args, timeout=300):
