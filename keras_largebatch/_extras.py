@@ -54,10 +54,16 @@ def missing_modules(extra):
     return [module for module in EXTRA_MODULES[extra] if importlib.util.find_spec(module) is None]
 
 
-def exit_unless_installed(prog, extra):
+def exit_unless_installed(prog, extra, parser=None, argv=None):
     """Ends the command ``prog`` when a module of ``extra`` is not installed, with one line on
     stderr and exit status 2, as its other errors. Its ``main`` calls this first, before any
-    work and before anything imports TensorFlow."""
+    work and before anything imports TensorFlow.
+
+    Given the command's ``parser`` (one that imports nothing of the extra), ``argv`` is parsed
+    first, so that ``--help`` prints and a usage error is reported without the extra.
+    """
+    if parser is not None:
+        parser.parse_args(argv)
     missing = missing_modules(extra)
     if not missing:
         return

@@ -94,14 +94,14 @@ def _parser():
 
 def main(argv=None):
     """Entry point of `keras-largebatch-plot-schedule`; returns the exit status."""
-    _extras.exit_unless_installed("keras-largebatch-plot-schedule", "plot")
+    parser = _parser()
+    _extras.exit_unless_installed("keras-largebatch-plot-schedule", "plot", parser, argv)
     quiet_tensorflow_logs()
     import yaml
 
     from keras_largebatch.bert import config as bert_config
     from keras_largebatch.schedules import WarmupPolynomialDecay
 
-    parser = _parser()
     args = parser.parse_args(argv)
     direct = (args.peak_learning_rate, args.warmup_steps)
     try:

@@ -258,3 +258,23 @@ def test_core_trains_without_tensorflow(backend):
         # Of the kernel's ratio and the bias's 1.0 (excluded), at the last step of each epoch.
         np.testing.assert_allclose(run["trust_ratio_min"], [min(r) for r in ratios], rtol=1e-4)
         np.testing.assert_allclose(run["trust_ratio_max"], [max(r) for r in ratios], rtol=1e-4)
+
+
+@pytest.mark.parametrize(
+    "module, prog",
+    [
+        ("keras_largebatch.plot_schedule", "keras-largebatch-plot-schedule"),
+        ("keras_largebatch.bert.pretrain", "keras-largebatch-pretrain"),
+        ("keras_largebatch.vision.train", "keras-largebatch-train-images"),
+    ],
+)
+def test_help_needs_no_extra(module, prog):
+    # --help is how a user finds out what to install: it prints with every extra hidden, and a
+    # usage error is reported as one, before the missing extra.
+    hidden = "tensorflow,tensorflow_text,keras_hub,matplotlib,yaml"
+    result = _run_without(hidden, module, "--help")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.startswith(f"usage: {prog} ")
+    result = _run_without(hidden, module, "out.png", "--no-such-flag")
+    assert result.returncode == 2
+    assert result.stderr.endswith(f"{prog}: error: unrecognized arguments: --no-such-flag\n")
