@@ -41,10 +41,13 @@ def test_the_wheel_has_the_package_version(wheel):
 def test_the_wheel_carries_the_license_and_says_which(wheel):
     assert _read(wheel, "/LICENSE") == (ROOT / "LICENSE").read_bytes()
     metadata = email.message_from_bytes(_read(wheel, "/METADATA"))
-    assert metadata["License"] == "Apache-2.0"
+    # PEP 639: an SPDX expression, and no legacy License field or classifier beside it.
+    assert metadata["Metadata-Version"] == "2.4"
+    assert metadata["License-Expression"] == "Apache-2.0"
+    assert metadata["License"] is None
     assert metadata.get_all("License-File") == ["LICENSE"]
     classifiers = metadata.get_all("Classifier")
-    assert "License :: OSI Approved :: Apache Software License" in classifiers
+    assert not [c for c in classifiers if c.startswith("License ::")]
     assert [c for c in classifiers if c.startswith("Programming Language :: Python :: 3.")] == [
         "Programming Language :: Python :: 3.10",
         "Programming Language :: Python :: 3.11",
