@@ -1,0 +1,430 @@
+"""A BERT pretraining run as a keras-hub preset: the ``keras-largebatch-export`` command and its
+library function.
+
+    python -m keras_largebatch.bert.export RUN_DIR PRESET_DIR [--step N] [--sequence-length L]
+
+writes into the new directory PRESET_DIR the backbone of one checkpoint of the run of
+`keras_largebatch.bert.pretrain` in RUN_DIR (``config.json``, ``model.weights.h5``,
+``metadata.json``), a `keras_hub.models.BertTokenizer` over the run's vocabulary
+(``tokenizer.json``, ``assets/tokenizer/vocabulary.txt``), a
+`keras_hub.models.BertTextClassifierPreprocessor` (``preprocessor.json``) and a ``README.md``
+saying what the preset holds and how to load it, so that keras-hub's own loaders take it::
+
+    backbone = keras_hub.models.BertBackbone.from_preset(PRESET_DIR)
+    classifier = keras_hub.models.BertTextClassifier.from_preset(PRESET_DIR, num_classes=2)
+    classifier.fit(x=["A sentence.", "Another one."], y=[0, 1])
+
+The tokenizer lowercases and strips accents exactly as pretraining tokenized its text
+(`keras_largebatch.bert.vocab.make_tokenizer`): a tokenizer that differs, such as
+`BertTokenizer`'s default ``lowercase=False``, maps raw text to other ids than the model learned,
+and costs accuracy without any error. The pretraining heads (masked LM, next sentence) are not
+exported: keras-hub's tasks put their own heads on the backbone.
+
+Nothing in RUN_DIR is written or renamed, and the run's data is not recreated: the model is
+rebuilt from the run's ``run_config.json`` (`keras_largebatch.bert.recipe.build_model`) and the
+checkpoint loaded into it. The preset is built in a temporary sibling directory and renamed into
+place, so PRESET_DIR either holds a whole preset or does not exist (or stays the empty directory
+it was).
+"""
+
+import dataclasses
+import json
+import os
+import shutil
+import sys
+import uuid
+
+from keras_largebatch import _checks, _extras
+from keras_largebatch._logging import ProgressLog, quiet_tensorflow_logs
+from keras_largebatch.bert import config as config_lib
+from keras_largebatch.training import command
+
+# The heavy modules (TensorFlow, keras-hub and the modules that import them) are imported in
+# the functions that use them, so that `main` quiets TensorFlow's start-up lines before they
+# load, and --help needs none of them.
+
+README_FILENAME = "README.md"
+# Packing a text into [CLS] text [SEP] needs room for one token of text.
+MIN_SEQUENCE_LENGTH = 3
+
+
+def export_preset(run_dir, preset_dir, step=None, sequence_length=None, log=None):
+    """Writes one checkpoint of a BERT pretraining run as a keras-hub preset.
+
+    The preset holds the run's `keras_hub.models.BertBackbone` with the checkpoint's weights,
+    a `keras_hub.models.BertTokenizer` over the run's vocabulary with pretraining's lowercasing
+    and accent stripping, and a `keras_hub.models.BertTextClassifierPreprocessor` at
+    ``sequence_length``. It is written atomically: built in a temporary sibling directory of
+    ``preset_dir``, then renamed into place; a failure removes the temporary directory.
+
+    Mixed precision: ``config.json`` records the run's dtype policy (``mixed_bfloat16`` or
+    ``mixed_float16``), and the returned ``dtype`` names it. The weights are float32 either way
+    (Keras's mixed policies keep float32 variables and compute in the low precision), so
+    exporting a float32 policy instead would change no weight, only the record of how the model
+    was trained; keeping it tells the preset's users. It does not choose how they compute:
+    keras-hub's ``from_preset`` (0.32) builds the model at Keras's global dtype policy (float32
+    unless set) when given no ``dtype``, whatever the preset records. The preset's ``README.md``
+    says so, and how to load in float32 (``dtype="float32"``) or in the run's policy.
+
+    Args:
+        run_dir: the run directory (``output_dir``) of a `keras_largebatch.bert.pretrain` run;
+            local or ``gs://``. Only read.
+        preset_dir: a local directory that does not exist or is empty.
+        step: the global step of the checkpoint to export, one the run keeps; None: the newest
+            checkpoint that can be read (a newer unreadable one is reported through ``log``).
+        sequence_length: the preprocessor's packed length, at least 3 and at most the model's
+            position embeddings; None: the run's longest phase ``seq_length``.
+        log: a function taking one progress line; default prints to stderr.
+
+    Returns:
+        ``{"preset_dir", "run_dir", "step", "sequence_length", "vocabulary_size", "dtype",
+        "lowercase", "strip_accents"}``: the paths as given, the checkpoint's global step,
+        the preprocessor's length, the tokens of the tokenizer's vocabulary, the backbone's
+        dtype policy and the tokenizer's casing and accent settings.
+
+    Raises:
+        TypeError: an argument of the wrong type.
+        ValueError: ``preset_dir`` exists and is not an empty directory (it is left as it
+            is), ``run_dir`` is not a BERT pretraining run, the run has no vocabulary file or
+            no checkpoint, ``step`` names no checkpoint the run keeps (the message lists those
+            it keeps), or ``sequence_length`` is out of range. All are raised before anything
+            is written.
+        OSError: the checkpoint named by ``step`` cannot be read, or none can when ``step`` is
+            None.
+    """
+    log = log or ProgressLog("export")
+    run_dir = _path_argument("run_dir", run_dir)
+    preset_dir = _path_argument("preset_dir", preset_dir)
+    _check_new_directory(preset_dir)
+    _checks.check_optional_integer("step", step)
+    _checks.check_optional_integer("sequence_length", sequence_length, low=MIN_SEQUENCE_LENGTH)
+    config = read_pretraining_config(run_dir)
+    vocabulary = _load_vocabulary(config)
+    checkpoint, global_step = choose_checkpoint(config, step, log)
+    pretrainer = _build_pretrainer(config, vocabulary)
+    backbone = pretrainer.backbone
+    if sequence_length is None:
+        sequence_length = max(phase.seq_length for phase in config.phases)
+    elif sequence_length > backbone.max_sequence_length:
+        raise ValueError(
+            f"sequence_length must be in [{MIN_SEQUENCE_LENGTH}, "
+            f"{backbone.max_sequence_length}] (the model's position embeddings), got "
+            f"{sequence_length}"
+        )
+    log(f"exporting global step {global_step} of {run_dir} ({checkpoint})")
+    pretrainer.load_weights(checkpoint)
+    tokenizer = _tokenizer(vocabulary)
+    exported = {
+        "preset_dir": preset_dir,
+        "run_dir": run_dir,
+        "step": global_step,
+        "sequence_length": sequence_length,
+        "vocabulary_size": len(vocabulary),
+        "dtype": backbone.dtype_policy.name,
+        "lowercase": tokenizer.lowercase,
+        "strip_accents": tokenizer.strip_accents,
+    }
+    _write_atomically(preset_dir, lambda directory: _save(directory, backbone, tokenizer, exported))
+    log(f"wrote {preset_dir}: sequence length {sequence_length}, dtype {exported['dtype']}")
+    return exported
+
+
+def read_pretraining_config(run_dir):
+    """The `config.PretrainConfig` that ``run_dir``'s ``run_config.json`` records, with
+    ``output_dir`` set to ``run_dir`` (where the run is now, which may not be where it was
+    trained); not validated, since its strategy may name devices of another machine or backend.
+
+    Raises:
+        ValueError: ``run_dir`` is not a directory, holds no ``run_config.json``, or holds one
+            that is not a BERT pretraining run's config (an image run's, for instance).
+    """
+    import tensorflow as tf
+
+    from keras_largebatch.training.run_directory import RUN_CONFIG_FILENAME
+
+    if not tf.io.gfile.isdir(run_dir):
+        raise ValueError(f"run_dir {run_dir!r} is not a directory")
+    config_path = os.path.join(run_dir, RUN_CONFIG_FILENAME)
+    if not tf.io.gfile.exists(config_path):
+        raise ValueError(
+            f"run_dir {run_dir!r} holds no {RUN_CONFIG_FILENAME}, so it is not a training run's "
+            "directory; give the output_dir of a keras_largebatch.bert.pretrain run"
+        )
+    with tf.io.gfile.GFile(config_path) as stream:
+        try:
+            recorded = json.load(stream)
+        except json.JSONDecodeError as error:
+            raise ValueError(f"{config_path} is not JSON: {error}") from error
+    try:
+        config = config_lib.config_from_dict(recorded)
+    except (TypeError, ValueError) as error:
+        raise ValueError(
+            f"run_dir {run_dir!r} is not a BERT pretraining run: its {RUN_CONFIG_FILENAME} is "
+            f"not a keras_largebatch.bert.pretrain config ({error})"
+        ) from error
+    return dataclasses.replace(config, output_dir=run_dir)
+
+
+def vocabulary_file(config):
+    """The vocabulary the run tokenized its text with: ``data.vocab_file``, else the one built
+    for the default corpus's records of its first phase that read them (under
+    ``OUTPUT_DIR/data``, where `keras_largebatch.bert.recipe.prepare_data` creates them).
+
+    Raises:
+        ValueError: the file does not exist, or the run has none (``data.vocab_file`` is null
+            and every phase read records from ``input_files``).
+    """
+    import tensorflow as tf
+
+    from keras_largebatch.bert.pretraining_data import VOCABULARY_FILENAME
+
+    if config.data.vocab_file is not None:
+        if not tf.io.gfile.exists(config.data.vocab_file):
+            raise ValueError(
+                f"the run's data.vocab_file {config.data.vocab_file!r} does not exist (a "
+                "relative path is read from the current directory)"
+            )
+        return config.data.vocab_file
+    for phase in config.phases:
+        if phase.input_files is None:
+            path = os.path.join(
+                config.output_dir,
+                "data",
+                f"seq{phase.seq_length}-pred{phase.max_predictions_per_seq}",
+                VOCABULARY_FILENAME,
+            )
+            if not tf.io.gfile.exists(path):
+                raise ValueError(
+                    f"the run's default-corpus vocabulary {path!r} does not exist; the "
+                    "tokenizer needs the vocabulary the run was trained with"
+                )
+            return path
+    raise ValueError(
+        f"the run in {config.output_dir!r} has no vocabulary: data.vocab_file is null and every "
+        "phase read input_files, so nothing records which token each id is; a preset's "
+        "tokenizer needs the vocabulary the records were made with"
+    )
+
+
+def choose_checkpoint(config, step, log):
+    """``(path, global step)`` of the checkpoint to export: the one the run keeps at global
+    step ``step``, or with ``step`` None the newest that can be read
+    (`keras_largebatch.training.run_directory.RunDirectory.readable_state`; a newer unreadable
+    one is reported through ``log`` and left as it is). Checkpoints are read at the paths the
+    run's state file records, as resuming the run reads them.
+
+    Raises:
+        ValueError: the run wrote no checkpoint, or keeps none at ``step`` (the message lists
+            the steps it keeps).
+        OSError: the chosen checkpoint cannot be read, or none can.
+    """
+    from keras_largebatch.training import run_directory as run_directory_lib
+
+    run_directory = run_directory_lib.RunDirectory(config, writes=False)
+    state = run_directory.state()
+    if state is None:
+        raise ValueError(
+            f"the run in {config.output_dir!r} has no checkpoint: "
+            f"{run_directory.state_path} does not exist"
+        )
+    if step is None:
+        entry = run_directory.readable_state(log)
+        return entry["checkpoint"], entry["global_step"]
+    kept = {entry["global_step"]: entry["checkpoint"] for entry in run_directory_lib._kept(state)}
+    if step not in kept:
+        raise ValueError(
+            f"step {step} is not a checkpoint of the run in {config.output_dir!r}; its "
+            f"checkpoints are at global steps {sorted(kept)}"
+        )
+    problem = run_directory_lib.checkpoint_problem(kept[step])
+    if problem is not None:
+        raise OSError(f"the checkpoint of step {step}, {kept[step]}, cannot be read: {problem}")
+    return kept[step], step
+
+
+def _path_argument(name, path):
+    if not isinstance(path, (str, os.PathLike)):
+        raise _checks.type_error(name, path, "a path")
+    return os.fspath(path)
+
+
+def _check_new_directory(preset_dir):
+    """Raises ValueError unless ``preset_dir`` is a local path that is free or empty."""
+    if "://" in preset_dir:
+        raise ValueError(
+            f"preset_dir must be a local directory (keras-hub writes presets with local file "
+            f"I/O), got {preset_dir!r}"
+        )
+    if os.path.lexists(preset_dir) and not os.path.isdir(preset_dir):
+        raise ValueError(f"preset_dir {preset_dir!r} exists and is not a directory")
+    if os.path.isdir(preset_dir) and os.listdir(preset_dir):
+        raise ValueError(
+            f"preset_dir {preset_dir!r} is not empty; give a new or empty directory (nothing "
+            "in it was changed)"
+        )
+
+
+def _load_vocabulary(config):
+    """The run's vocabulary, checked against its model's token embedding."""
+    from keras_largebatch.bert import vocab as vocab_lib
+
+    path = vocabulary_file(config)
+    vocabulary = vocab_lib.load_vocabulary(path)
+    embedding_rows = config.model.vocabulary_size or len(vocabulary)
+    if len(vocabulary) > embedding_rows:
+        raise ValueError(
+            f"the run's vocabulary {path!r} has {len(vocabulary)} tokens, more than the "
+            f"model.vocabulary_size={embedding_rows} rows of its token embedding"
+        )
+    return vocabulary
+
+
+def _build_pretrainer(config, vocabulary):
+    """The run's `BertPretrainer`, built as pretraining built it; its weights are random until
+    a checkpoint (whose paths name the pretrainer's layers) is loaded into it."""
+    from keras_largebatch.bert import recipe
+
+    return recipe.build_model(config, config.model.vocabulary_size or len(vocabulary))
+
+
+def _tokenizer(vocabulary):
+    """A `BertTokenizer` that tokenizes raw text as pretraining did."""
+    import keras_hub
+
+    from keras_largebatch.bert import vocab as vocab_lib
+
+    pretraining = vocab_lib.make_tokenizer(vocabulary)
+    return keras_hub.models.BertTokenizer(
+        vocabulary=list(vocabulary),
+        lowercase=pretraining.lowercase,
+        strip_accents=pretraining.strip_accents,
+        split=pretraining.split,
+        split_on_cjk=pretraining.split_on_cjk,
+        suffix_indicator=pretraining.suffix_indicator,
+        oov_token=pretraining.oov_token,
+    )
+
+
+def _save(directory, backbone, tokenizer, exported):
+    import keras_hub
+
+    backbone.save_to_preset(directory)
+    # The preprocessor saves its tokenizer with it (tokenizer.json and the vocabulary asset).
+    keras_hub.models.BertTextClassifierPreprocessor(
+        tokenizer, sequence_length=exported["sequence_length"]
+    ).save_to_preset(directory)
+    with open(os.path.join(directory, README_FILENAME), "w", encoding="utf-8") as stream:
+        stream.write(_readme(exported, backbone.dtype_policy.variable_dtype))
+
+
+def _readme(exported, weights_dtype):
+    """The preset's model card: where it comes from, its tokenizer and how to load it."""
+    dtype = exported["dtype"]
+    lines = [
+        "# BERT from a keras-largebatch pretraining run",
+        "",
+        f"The backbone at global step {exported['step']} of the BERT pretraining run in "
+        f"`{exported['run_dir']}`, with its tokenizer and a text-classifier preprocessor, "
+        "exported by `keras-largebatch-export` as a keras-hub preset.",
+        "",
+        f"- Tokenizer: WordPiece over {exported['vocabulary_size']} tokens "
+        "(`assets/tokenizer/vocabulary.txt`); raw text is "
+        + ("lowercased" if exported["lowercase"] else "kept in its case")
+        + (" and its accents stripped" if exported["strip_accents"] else "")
+        + ", as in pretraining.",
+        f"- Preprocessor: sequence length {exported['sequence_length']}.",
+        f"- Dtype policy: `{dtype}` (the run's, in `config.json`); the weights are stored in "
+        f"{weights_dtype}.",
+        "",
+        "Load it with keras-hub, PRESET_DIR being this directory:",
+        "",
+        "```python",
+        "import keras_hub",
+        "",
+        'backbone = keras_hub.models.BertBackbone.from_preset("PRESET_DIR", dtype="float32")',
+        "classifier = keras_hub.models.BertTextClassifier.from_preset(",
+        '    "PRESET_DIR", num_classes=2, dtype="float32"',
+        ")",
+        "```",
+        "",
+        '`dtype="float32"` computes in float32'
+        + (
+            f'; `dtype="{dtype}"` computes in the mixed precision of pretraining'
+            if dtype != "float32"
+            else ""
+        )
+        + ". Without `dtype`, keras-hub's `from_preset` (0.32) builds the model at Keras's "
+        "global dtype policy (float32 unless `keras.config.set_dtype_policy` changed it), not "
+        "at the one `config.json` records.",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def _write_atomically(directory, write):
+    """Calls ``write(temporary)`` on a new sibling directory of ``directory``, then renames it
+    to ``directory`` (replacing it only if it is an empty directory); removes the temporary
+    directory if anything fails."""
+    path = os.path.abspath(directory)
+    parent = os.path.dirname(path)
+    os.makedirs(parent, exist_ok=True)
+    temporary = os.path.join(parent, f".{os.path.basename(path)}.tmp-{uuid.uuid4().hex}")
+    os.mkdir(temporary)
+    try:
+        write(temporary)
+        if os.path.isdir(path):
+            os.rmdir(path)  # only an empty directory: rmdir refuses any other
+        os.rename(temporary, path)
+    except BaseException:
+        shutil.rmtree(temporary, ignore_errors=True)
+        raise
+
+
+def build_parser():
+    """The command line of ``keras-largebatch-export``."""
+    parser = command.ArgumentParser(
+        prog="keras-largebatch-export",
+        description="Write a checkpoint of a BERT pretraining run (keras-largebatch-pretrain) "
+        "as a keras-hub preset: its BertBackbone, a BertTokenizer that tokenizes as pretraining "
+        "did, and a BertTextClassifierPreprocessor. A JSON summary is printed on stdout.",
+    )
+    parser.add_argument("run_dir", metavar="RUN_DIR", help="the pretraining run's output_dir")
+    parser.add_argument(
+        "preset_dir", metavar="PRESET_DIR", help="a new or empty local directory for the preset"
+    )
+    parser.add_argument(
+        "--step",
+        type=int,
+        default=None,
+        metavar="N",
+        help="the global step of the checkpoint to export (default: the newest readable one)",
+    )
+    parser.add_argument(
+        "--sequence-length",
+        type=int,
+        default=None,
+        metavar="L",
+        help="the preprocessor's sequence length (default: the run's longest phase "
+        "seq_length; at most the model's position embeddings)",
+    )
+    return parser
+
+
+def main(argv=None):
+    """Entry point of ``keras-largebatch-export``; returns the process exit status."""
+    parser = build_parser()
+    _extras.exit_unless_installed(parser.prog, "bert", parser, argv)
+    args = parser.parse_args(argv)
+    quiet_tensorflow_logs()
+    try:
+        exported = export_preset(
+            args.run_dir, args.preset_dir, step=args.step, sequence_length=args.sequence_length
+        )
+    except (TypeError, ValueError, OSError) as error:
+        print(f"{parser.prog}: error: {error}", file=sys.stderr)
+        return 2
+    print(json.dumps(exported, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
