@@ -107,6 +107,7 @@ PLOT_ARGUMENTS = ["--peak-learning-rate", "1", "--total-steps", "10", "--warmup-
         ("matplotlib", "keras_largebatch.plot_schedule", "plot", "matplotlib is"),
         ("yaml", "keras_largebatch.plot_schedule", "plot", "pyyaml is"),
         ("keras_hub", "keras_largebatch.bert.pretrain", "bert", "keras-hub is"),
+        ("keras_hub", "keras_largebatch.bert.export", "bert", "keras-hub is"),
         ("tensorflow_text", "keras_largebatch.bert.pretrain", "bert", "tensorflow-text is"),
         ("tensorflow_text", "keras_largebatch.bert.create_data", "bert", "tensorflow-text is"),
         (
@@ -123,6 +124,8 @@ def test_command_without_its_extra_fails_in_one_line_before_any_work(
     output = tmp_path / "output"
     if module == "keras_largebatch.plot_schedule":
         arguments = [str(output), *PLOT_ARGUMENTS]
+    elif module == "keras_largebatch.bert.export":
+        arguments = [str(tmp_path / "run"), str(output)]
     elif module == "keras_largebatch.bert.create_data":
         arguments = ["--default-corpus", "--output-dir", str(output)]
     else:
@@ -132,6 +135,7 @@ def test_command_without_its_extra_fails_in_one_line_before_any_work(
         "keras_largebatch.plot_schedule": "keras-largebatch-plot-schedule",
         "keras_largebatch.bert.pretrain": "keras-largebatch-pretrain",
         "keras_largebatch.bert.create_data": "keras-largebatch-create-data",
+        "keras_largebatch.bert.export": "keras-largebatch-export",
         "keras_largebatch.vision.train": "keras-largebatch-train-images",
     }[module]
     assert result.returncode == 2, result.stderr[-3000:]
@@ -261,20 +265,21 @@ def test_core_trains_without_tensorflow(backend):
 
 
 @pytest.mark.parametrize(
-    "module, prog",
+    "module, prog, positional",
     [
-        ("keras_largebatch.plot_schedule", "keras-largebatch-plot-schedule"),
-        ("keras_largebatch.bert.pretrain", "keras-largebatch-pretrain"),
-        ("keras_largebatch.vision.train", "keras-largebatch-train-images"),
+        ("keras_largebatch.plot_schedule", "keras-largebatch-plot-schedule", ["out.png"]),
+        ("keras_largebatch.bert.pretrain", "keras-largebatch-pretrain", []),
+        ("keras_largebatch.bert.export", "keras-largebatch-export", ["run", "preset"]),
+        ("keras_largebatch.vision.train", "keras-largebatch-train-images", []),
     ],
 )
-def test_help_needs_no_extra(module, prog):
+def test_help_needs_no_extra(module, prog, positional):
     # --help is how a user finds out what to install: it prints with every extra hidden, and a
     # usage error is reported as one, before the missing extra.
     hidden = "tensorflow,tensorflow_text,keras_hub,matplotlib,yaml"
     result = _run_without(hidden, module, "--help")
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.stdout.startswith(f"usage: {prog} ")
-    result = _run_without(hidden, module, "out.png", "--no-such-flag")
+    result = _run_without(hidden, module, *positional, "--no-such-flag")
     assert result.returncode == 2
     assert result.stderr.endswith(f"{prog}: error: unrecognized arguments: --no-such-flag\n")

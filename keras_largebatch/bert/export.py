@@ -36,7 +36,6 @@ import uuid
 
 from keras_largebatch import _checks, _extras
 from keras_largebatch._logging import ProgressLog, quiet_tensorflow_logs
-from keras_largebatch.bert import config as config_lib
 from keras_largebatch.training import command
 
 # The heavy modules (TensorFlow, keras-hub and the modules that import them) are imported in
@@ -155,6 +154,10 @@ def read_pretraining_config(run_dir):
             recorded = json.load(stream)
         except json.JSONDecodeError as error:
             raise ValueError(f"{config_path} is not JSON: {error}") from error
+    # Imported here: the config module needs PyYAML, which `main` checks for (with the rest of
+    # the bert extra) after parsing, so that --help works without it.
+    from keras_largebatch.bert import config as config_lib
+
     try:
         config = config_lib.config_from_dict(recorded)
     except (TypeError, ValueError) as error:
