@@ -21,7 +21,8 @@ import abc
 class Recipe(abc.ABC):
     """Base class of a task. A subclass implements the abstract methods (`build_model`,
     `build_optimizer`, `dataset`); one that returns an `evaluation_interval` also implements
-    ``evaluate(model)``, returning a dict of metrics on the task's held-out data.
+    ``evaluate(model)``, returning a dict of metrics on the task's held-out data, and may name
+    the `best_metric` whose best evaluation's weights the run keeps.
 
     Attributes:
         name: a short name, used in the log prefix of the task's command.
@@ -102,6 +103,13 @@ class Recipe(abc.ABC):
         """Optimizer steps between calls of ``evaluate(model)`` in a phase (a multiple of the
         run's ``log_interval``), or None (the default) for no evaluation. A phase that
         evaluates is also evaluated at its end."""
+        return None
+
+    def best_metric(self):
+        """The metric of ``evaluate``'s results, higher is better, by which the run keeps the
+        weights of its best evaluation (`run_directory.RunDirectory.save_best`; the summary's
+        ``best``), or None (the default): none kept. An evaluation replaces the kept one only
+        when strictly better (a NaN never is); the kept one survives a resume."""
         return None
 
     def target_reached(self, evaluation):

@@ -1,10 +1,10 @@
 """The run directory: a run's config, checkpoints with their state, TensorBoard logs, summary.
 
-::
-
     OUTPUT_DIR/run_config.json      the run's config (what a rerun must match to resume)
     OUTPUT_DIR/checkpoints/         ckpt-<global step>.weights.h5 (weights and optimizer
-                                    state) and state.json, naming the newest and the kept ones
+                                    state) and state.json, naming the newest and the kept ones;
+                                    for a recipe with a best_metric, best-<global step>.weights.h5
+                                    and best.json, the best evaluation's weights and metrics
     OUTPUT_DIR/logs/                TensorBoard scalars at the global optimizer step
     OUTPUT_DIR/summary.json         the run's summary, written when it completes
 
@@ -27,6 +27,8 @@ RUN_CONFIG_FILENAME = "run_config.json"
 SUMMARY_FILENAME = "summary.json"
 STATE_FILENAME = "state.json"
 CHECKPOINT_PREFIX = "ckpt-"
+BEST_FILENAME = "best.json"
+BEST_PREFIX = "best-"
 CHECKPOINT_SUFFIX = ".weights.h5"
 UNREADABLE_SUFFIX = ".unreadable"
 
@@ -57,6 +59,7 @@ class RunDirectory:
         self.config_path = os.path.join(config.output_dir, RUN_CONFIG_FILENAME)
         self.summary_path = os.path.join(config.output_dir, SUMMARY_FILENAME)
         self.state_path = os.path.join(self.checkpoint_dir, STATE_FILENAME)
+        self.best_path = os.path.join(self.checkpoint_dir, BEST_FILENAME)
         self.writes = writes
         self.check_same = check_same or (lambda description, value: None)
         self._writer = None
@@ -91,6 +94,9 @@ class RunDirectory:
         if self.writes:
             if self.config.overwrite:
                 self._remove_run_files()
+            elif state is None:
+                # A best kept by a run that wrote no checkpoint belongs to no run that resumes.
+                self._remove_best_files()
             tf.io.gfile.makedirs(self.output_dir)
             write_atomically(self.config_path, json.dumps(self._run_config(), indent=2))
         return state
@@ -127,6 +133,7 @@ class RunDirectory:
             path = os.path.join(self.checkpoint_dir, name)
             if tf.io.gfile.exists(path):
                 tf.io.gfile.remove(path)
+        self._remove_best_files()
         if tf.io.gfile.isdir(self.log_dir):
             tf.io.gfile.rmtree(self.log_dir)
         for path in (self.summary_path, self.config_path):
@@ -229,6 +236,48 @@ class RunDirectory:
             if old not in keep:
                 tf.io.gfile.remove(os.path.join(self.checkpoint_dir, old))
         return path
+
+    def best(self):
+        """The record of the best evaluation kept (what `save_best` returned), or None."""
+        if not tf.io.gfile.exists(self.best_path):
+            return None
+        with tf.io.gfile.GFile(self.best_path) as stream:
+            return json.load(stream)
+
+    def save_best(self, model, evaluation):
+        """Keeps the model's weights (and optimizer state) as the run's best evaluation:
+        writes ``best-<global step>.weights.h5``, then ``best.json`` naming it, each atomically,
+        then deletes the best weights it replaces, so a process killed at any point leaves a
+        record naming its own weights. Returns the record: ``evaluation`` (its ``global_step``
+        and metrics) and ``checkpoint``, the weights file."""
+        name = f"{BEST_PREFIX}{evaluation['global_step']:09d}{CHECKPOINT_SUFFIX}"
+        record = dict(evaluation, checkpoint=os.path.join(self.checkpoint_dir, name))
+        if not self.writes:
+            return record
+        tf.io.gfile.makedirs(self.checkpoint_dir)
+        temporary = os.path.join(self.checkpoint_dir, f"{BEST_PREFIX}partial{CHECKPOINT_SUFFIX}")
+        model.save_weights(temporary, overwrite=True)
+        tf.io.gfile.rename(temporary, record["checkpoint"], overwrite=True)
+        write_atomically(self.best_path, json.dumps(record, indent=2))
+        for old in self._best_weights_names():
+            if old != name:
+                tf.io.gfile.remove(os.path.join(self.checkpoint_dir, old))
+        return record
+
+    def _best_weights_names(self):
+        if not tf.io.gfile.isdir(self.checkpoint_dir):
+            return []
+        return [
+            name
+            for name in tf.io.gfile.listdir(self.checkpoint_dir)
+            if name.startswith(BEST_PREFIX) and name.endswith(CHECKPOINT_SUFFIX)
+        ]
+
+    def _remove_best_files(self):
+        for name in self._best_weights_names() + [BEST_FILENAME]:
+            path = os.path.join(self.checkpoint_dir, name)
+            if tf.io.gfile.exists(path):
+                tf.io.gfile.remove(path)
 
     def write_scalars(self, global_step, metrics):
         """TensorBoard scalars, ``{tag: number}``, at the global step in ``log_dir``."""

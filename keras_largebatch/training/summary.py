@@ -19,9 +19,12 @@ class RunSummary:
         state: the checkpoint state a resumed run starts from (what `state` returned then),
             or None for a new run.
         reported_metrics: the window metrics that ``initial`` and ``final`` keep.
+        best: the record of the best evaluation the run kept so far
+            (`run_directory.RunDirectory.best`), or None.
     """
 
-    def __init__(self, state, reported_metrics):
+    def __init__(self, state, reported_metrics, best=None):
+        self.best = best
         state = state or {}
         self.reported_metrics = reported_metrics
         self.initial = state.get("initial")
@@ -91,7 +94,7 @@ class RunSummary:
     def summary(self, strategy_description, checkpoint, wall_time):
         """The summary dict: steps, throughput, initial and final metrics, phases, strategy,
         resume point, wall time, newest checkpoint and, when the run evaluated, the
-        evaluations and the target's step and time."""
+        evaluations, the target's step and time and, when it kept one, the best evaluation."""
         rates = [p["examples_per_second"] for p in self.phases if p["examples_per_second"]]
         summary = {
             "global_steps": self.global_step,
@@ -108,4 +111,6 @@ class RunSummary:
             summary["evaluations"] = self.evaluations
             summary["target_reached_at_step"] = (self.target or {}).get("global_step")
             summary["time_to_target_seconds"] = (self.target or {}).get("seconds")
+        if self.best is not None:
+            summary["best"] = self.best
         return summary

@@ -24,6 +24,7 @@ One Keras epoch is one logging window of ``log_interval`` optimizer steps, so th
 resets at each epoch are the window's means.
 """
 
+import math
 import os
 import time
 
@@ -78,7 +79,9 @@ class Trainer:
             metrics), ``phases`` (per phase: steps, global batch, replicas, per-replica batch,
             accumulation steps, throughput), ``strategy`` (backend, kind, replicas, workers,
             devices, and the mesh under model_parallel), ``resumed_from_step``,
-            ``wall_time_seconds``, ``checkpoint``, and the recipe's own fields.
+            ``wall_time_seconds``, ``checkpoint``, ``evaluations`` (when the recipe
+            evaluates), ``best`` (with a `recipe.Recipe.best_metric`: the best evaluation and
+            the file of its weights), and the recipe's own fields.
 
         Raises:
             ValueError: a setting of the other Keras backend, model_parallel for a recipe
@@ -142,7 +145,13 @@ class Trainer:
         with self.devices.scope():
             self.model = self.recipe.build_model()
             start_phase, start_step = self._resume_point(state)
-            self.summary = RunSummary(state, self.recipe.reported_metrics)
+            self.summary = RunSummary(
+                state,
+                self.recipe.reported_metrics,
+                # The weights kept on disk, even those of an evaluation after the checkpoint
+                # resumed from: it is never replaced by a worse one.
+                best=self.run_directory.best() if state is not None else None,
+            )
             for phase in self.plan.phases[start_phase:]:
                 resuming = phase.index == start_phase and start_step > 0
                 self._train_phase(
@@ -271,7 +280,28 @@ class Trainer:
                 else ""
             )
         )
+        self._keep_if_best(global_step, evaluation)
         return evaluation
+
+    def _keep_if_best(self, global_step, evaluation):
+        """Keeps the model's weights when ``evaluation`` is strictly better than every earlier
+        one of the run in the recipe's `best_metric` (a NaN never is)."""
+        metric = self.recipe.best_metric()
+        if metric is None:
+            return
+        if metric not in evaluation:
+            raise ValueError(
+                f"the {self.recipe.name!r} recipe's best_metric {metric!r} is not one of its "
+                f"evaluation's metrics {sorted(evaluation)}"
+            )
+        value, best = evaluation[metric], self.summary.best
+        if math.isnan(value) or (best is not None and not value > best[metric]):
+            return
+        with self.devices.local_scope():
+            self.summary.best = self.run_directory.save_best(
+                self.model, {"global_step": global_step, **evaluation}
+            )
+        self.log(f"best {metric} so far: weights kept in {self.summary.best['checkpoint']}")
 
     def _checkpoint_if_due(self, phase, step, global_step):
         """A checkpoint every ``checkpoint_interval`` steps, at the phase's end and when the

@@ -1,0 +1,243 @@
+"""BERT fine-tuning on GLUE: the ``keras-largebatch-finetune`` command and its library functions.
+
+    python -m keras_largebatch.bert.finetune model.preset=PRESET data.task=TASK \\
+        data.glue_dir=DIR [key=value ...]
+
+fine-tunes keras-hub's `BertTextClassifier` from a BERT preset directory (one that
+``keras-largebatch-export`` wrote from a pretraining run, or any keras-hub BERT preset on disk)
+on one GLUE task's ``train.tsv``, scoring every dev split each epoch and at the end
+(`finetune_recipe.GlueFineTuning`); `finetune_config.FinetuneConfig` lists every setting. The
+run directory is every recipe's (`keras_largebatch.training.trainer`): ``run_config.json``,
+``checkpoints/`` (with ``best-<step>.weights.h5`` and ``best.json``, the weights and metrics of
+the best dev evaluation of the task's main metric), ``logs/`` and ``summary.json``, which holds
+the dev metrics of every evaluation and the best one. A rerun resumes from the newest
+checkpoint, and the best weights kept are never replaced by a worse evaluation.
+
+With no arguments (``model.preset`` null) this is the embedded default, which says whether
+pretraining helped: it takes the default tiny pretraining run (``runs/bert_tiny_lamb``, which
+``keras_largebatch.bert.pretrain`` writes; run first with its defaults if it has no summary),
+exports it as a preset into this run's own ``OUTPUT_DIR/preset``, writes the default
+``word_order`` task (`keras_largebatch.bert.default_task`) to ``OUTPUT_DIR/data``, and
+fine-tunes twice with the same data, steps and seeds: from the pretrained backbone
+(``OUTPUT_DIR/pretrained``) and from a random initialization of the same architecture
+(``OUTPUT_DIR/random_init``). It prints both dev scores side by side and writes them to
+``OUTPUT_DIR/comparison.json``. Progress goes to stderr, the summary (or comparison) as JSON to
+stdout.
+"""
+
+import json
+import os
+import shutil
+import sys
+import time
+
+from keras_largebatch import _extras
+from keras_largebatch._logging import ProgressLog
+from keras_largebatch.training import command
+
+PRESET_DIRNAME = "preset"
+DATA_DIRNAME = "data"
+COMPARISON_FILENAME = "comparison.json"
+# The embedded default's two runs: (run directory name, model.random_init).
+INITIALIZATIONS = (("pretrained", False), ("random_init", True))
+
+
+def finetune(config, callbacks=(), log=None):
+    """Runs (or resumes, or reports) the fine-tuning run that ``config`` describes.
+
+    Args:
+        config: a validated `finetune_config.FinetuneConfig` with a ``model.preset``; never
+            changed. Its phases' null ``steps`` are resolved from their epochs over the
+            training set (`finetune_config.FinetuneConfig.with_steps`), which the run directory
+            then records.
+        callbacks: extra Keras callbacks added to every phase's `fit`, after the run's own.
+        log: a function taking one progress line; default prints to stderr.
+
+    Returns:
+        The summary dict, also written to ``OUTPUT_DIR/summary.json``: the trainer's
+        (`keras_largebatch.training.trainer.Trainer.train`) with ``evaluations`` (the dev
+        metrics of every evaluation, ``{split}_{metric}``), ``best`` (the best evaluation of
+        ``main_metric`` and its weights file), ``task``, ``main_metric``, ``preset``,
+        ``random_init``, ``sequence_length``, ``num_train_examples``, ``num_dev_examples``,
+        ``optimizer``.
+
+    Raises:
+        FileNotFoundError: the preset, the task's directory or one of its files is missing.
+        ValueError: no ``model.preset``, a preset that is not a BERT one, a task file with a
+            fault (named with its line), an output directory holding a different run, or a
+            batch that does not split over the replicas; all before any training.
+    """
+    # Imported here, so that `main` quiets TensorFlow's start-up lines before they load and
+    # --print-config prints without them.
+    from keras_largebatch.bert.finetune_recipe import GlueFineTuning, load_inputs
+    from keras_largebatch.training.trainer import Trainer
+
+    if config.is_embedded_default():
+        raise ValueError(
+            "model.preset is null, which stands for the embedded default (run_embedded_default); "
+            "give a keras-hub BERT preset directory to fine-tune one"
+        )
+    inputs = load_inputs(config)
+    config = config.with_steps(len(inputs.examples["train"].labels))
+    return Trainer(config, GlueFineTuning(config, inputs), callbacks, log).train()
+
+
+def run_embedded_default(config, pretrain_config=None, callbacks=(), log=None):
+    """The embedded default: fine-tunes the default pretraining run's export and a random
+    initialization of the same architecture alike, and compares their dev scores.
+
+    Args:
+        config: a validated `finetune_config.FinetuneConfig` with ``model.preset`` null; its
+            settings are those of both runs. ``data.glue_dir`` null: the default task.
+        pretrain_config: the pretraining run's `keras_largebatch.bert.config.PretrainConfig`
+            (None: its defaults, ``runs/bert_tiny_lamb``); trained first when its directory
+            has no summary.
+        callbacks: extra Keras callbacks of both fine-tuning runs.
+        log: a function taking one progress line; default prints each stage's lines to
+            stderr with its name.
+
+    Returns:
+        The comparison, also written to ``OUTPUT_DIR/comparison.json``: ``task``, ``metric``
+        (the task's main metric on its first dev split), ``pretrained`` and ``random_init``
+        (each ``best``, ``best_step``, ``final``, ``run_dir``), ``steps``, ``preset``,
+        ``pretraining_run``, ``pretraining_steps``, ``glue_dir``, ``wall_time_seconds``.
+
+    Raises:
+        ValueError: ``OUTPUT_DIR`` holds files the embedded default does not write, or an
+            error of pretraining, export or fine-tuning, before it trains.
+    """
+    from keras_largebatch.bert import config as pretrain_config_lib
+    from keras_largebatch.bert import default_task, export, pretrain
+    from keras_largebatch.training.run_directory import write_atomically
+
+    start_time = time.perf_counter()
+    if not config.is_embedded_default():
+        raise ValueError(
+            f"model.preset={config.model.preset!r}: the embedded default exports the default "
+            "pretraining run itself; leave model.preset null"
+        )
+    output_dir = config.output_dir
+    _check_embedded_output_dir(output_dir)
+    say = log or ProgressLog("finetune")
+    pretrain_config = pretrain_config or pretrain_config_lib.load_config()
+    pretraining_run = pretrain_config.output_dir
+    if not os.path.isfile(os.path.join(pretraining_run, "summary.json")):
+        say(f"the pretraining run {pretraining_run} has no summary yet: pretraining it first")
+        pretrain.pretrain(pretrain_config, log=log)
+    with open(os.path.join(pretraining_run, "summary.json"), encoding="utf-8") as stream:
+        pretraining_steps = json.load(stream)["global_steps"]
+    preset_dir = os.path.join(output_dir, PRESET_DIRNAME)
+    if config.overwrite and os.path.isdir(preset_dir):
+        shutil.rmtree(preset_dir)
+    if os.path.isdir(preset_dir) and os.listdir(preset_dir):
+        say(f"fine-tuning the preset exported earlier, {preset_dir} (overwrite=true exports again)")
+    else:
+        exported = export.export_preset(pretraining_run, preset_dir, log=log)
+        say(f"exported step {exported['step']} of {pretraining_run} to {preset_dir}")
+    glue_dir = config.data.glue_dir or default_task.write_default_task(
+        os.path.join(output_dir, DATA_DIRNAME),
+        num_train=config.data.default_train_examples,
+        num_dev=config.data.default_dev_examples,
+    )
+    summaries = {}
+    for name, random_init in INITIALIZATIONS:
+        run_config = config.for_run(
+            os.path.join(output_dir, name), preset_dir, glue_dir, random_init
+        )
+        summaries[name] = finetune(run_config, callbacks, log or ProgressLog(f"finetune {name}"))
+    comparison = compare(summaries)
+    for name, _ in INITIALIZATIONS:
+        comparison[name]["run_dir"] = os.path.join(output_dir, name)
+    comparison.update(
+        preset=preset_dir,
+        pretraining_run=pretraining_run,
+        pretraining_steps=pretraining_steps,
+        glue_dir=glue_dir,
+        wall_time_seconds=time.perf_counter() - start_time,
+    )
+    write_atomically(
+        os.path.join(output_dir, COMPARISON_FILENAME), json.dumps(comparison, indent=2)
+    )
+    for line in describe_comparison(comparison):
+        say(line)
+    return comparison
+
+
+def compare(summaries):
+    """The dev scores of the embedded default's runs side by side, from their summaries
+    (``{run name: summary}``): per run its ``best`` and ``final`` evaluation of the main
+    metric and the best's step."""
+    first = next(iter(summaries.values()))
+    metric = first["main_metric"]
+    comparison = {"task": first["task"], "metric": metric, "steps": first["global_steps"]}
+    for name, summary in summaries.items():
+        comparison[name] = {
+            "best": summary["best"][metric],
+            "best_step": summary["best"]["global_step"],
+            "final": summary["evaluations"][-1][metric],
+        }
+    return comparison
+
+
+def describe_comparison(comparison):
+    """The progress lines that show a `compare` result: one line per run."""
+    lines = [
+        f"{comparison['task']} {comparison['metric']} after {comparison['steps']} steps "
+        "(best / final evaluation):"
+    ]
+    labels = {"pretrained": "pretrained backbone", "random_init": "random initialization"}
+    for name, _ in INITIALIZATIONS:
+        scores = comparison[name]
+        lines.append(f"  {labels[name]:<22} {scores['best']:.4f} / {scores['final']:.4f}")
+    return lines
+
+
+def _check_embedded_output_dir(output_dir):
+    """Refuses an ``output_dir`` holding anything the embedded default does not write (its
+    preset, data, runs and comparison, and the hidden temporary files of their atomic
+    writes), before anything is written."""
+    if not os.path.isdir(output_dir):
+        return
+    own = {PRESET_DIRNAME, DATA_DIRNAME, COMPARISON_FILENAME} | {
+        name for name, _ in INITIALIZATIONS
+    }
+    foreign = sorted(
+        name for name in os.listdir(output_dir) if name not in own and not name.startswith(".")
+    )
+    if foreign:
+        raise ValueError(
+            f"output_dir {output_dir!r} holds {foreign}, which the embedded default does not "
+            f"write (it writes {sorted(own)}); choose an empty or new output_dir"
+        )
+
+
+def run(config):
+    """One fine-tuning run, or the embedded default when ``model.preset`` is null."""
+    if config.is_embedded_default():
+        return run_embedded_default(config)
+    return finetune(config)
+
+
+def build_parser():
+    """The command line of ``keras-largebatch-finetune``."""
+    return command.build_parser(
+        "keras-largebatch-finetune",
+        "Fine-tune a BERT preset on a GLUE task. With no arguments: the embedded default "
+        "(the default tiny pretraining run exported and fine-tuned on a small offline task, "
+        "next to a random initialization of the same model, sized for a CPU).",
+        "model.preset=presets/bert_base_en_uncased data.task=sst2 data.glue_dir=glue_data/SST-2 "
+        "phases.0.peak_learning_rate=2.0e-5 optimizer.name=lamb",
+    )
+
+
+def main(argv=None):
+    """Entry point of ``keras-largebatch-finetune``; returns the process exit status."""
+    parser = build_parser()
+    _extras.exit_unless_installed("keras-largebatch-finetune", "bert", parser, argv)
+    from keras_largebatch.bert import finetune_config
+
+    return command.run_command(parser, argv, finetune_config.load_config, run)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
