@@ -3,7 +3,7 @@
 The scripts run in subprocesses, two at a time (the data the BERT input benchmarks read is
 created by the first of them, in one queue); each must exit 0 and print one JSON object with
 every documented key, every figure finite and positive. The figures themselves mean nothing at
-this size: the README's come from the full-size commands.
+this size: the Benchmarks page's (docs/benchmarks.md) come from the full-size commands.
 """
 
 import concurrent.futures

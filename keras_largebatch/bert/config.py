@@ -2,7 +2,7 @@
 
 A run is one `PretrainConfig`. Every field has a default, so an empty config is the embedded
 default job (BERT-tiny with LAMB on the default corpus, sized for a CPU). A YAML file sets any
-subset of the fields with the same nesting::
+subset of the fields with the same nesting:
 
     model:
       size: large

@@ -132,7 +132,8 @@ def mask_token_batch(
     random token is a uniform draw from ``replacement_ids``.
 
     Args:
-        token_ids, padding_mask: int32 ``[batch, seq_length]``.
+        token_ids: int32 ``[batch, seq_length]``.
+        padding_mask: int32 ``[batch, seq_length]``, 1 for real tokens.
         seed: int ``[2]`` seed of the stateless random ops.
 
     Returns:

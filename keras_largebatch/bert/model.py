@@ -1,7 +1,7 @@
 """BERT for pretraining: keras-hub's `BertBackbone` with masked-LM and next-sentence heads.
 
 `BertPretrainer` takes the batches of `input_pipeline.make_pretraining_dataset` as they are and
-computes its own loss and metrics, so it is compiled with an optimizer only::
+computes its own loss and metrics, so it is compiled with an optimizer only:
 
     backbone = bert_backbone("tiny", vocabulary_size=8000)
     model = BertPretrainer(backbone)
@@ -69,7 +69,9 @@ def bert_backbone(
         vocabulary_size: rows of the token embedding.
         max_sequence_length: rows of the position embedding (512 in the released models).
         dropout: dropout rate.
-        num_layers, hidden_dim, num_heads: replace the size's value when not None.
+        num_layers: replaces the size's value when not None.
+        hidden_dim: replaces the size's value when not None.
+        num_heads: replaces the size's value when not None.
         intermediate_dim: feedforward width; None is ``4 * hidden_dim``.
         dtype: a dtype policy name such as "mixed_bfloat16", or None for the global policy.
 
@@ -132,7 +134,7 @@ class BertPretrainer(keras.Model):
     dense layer on the pooled ``[CLS]`` output.
 
     Loss, with ``w`` the masked-LM weights (0 at padded predictions) and ``v`` the
-    next-sentence weights, summed over the global batch (all replicas)::
+    next-sentence weights, summed over the global batch (all replicas):
 
         loss = sum(w * CE(masked_lm)) / sum(w) + sum(v * CE(next_sentence)) / sum(v)
 

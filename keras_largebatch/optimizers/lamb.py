@@ -15,7 +15,7 @@ LOW_PRECISION = ("float16", "bfloat16")
 class LAMB(LayerwiseAdaptiveOptimizer):
     """LAMB optimizer (You et al., 2020), with weight decay inside the trust ratio.
 
-    For each variable ``w`` with gradient ``g`` at step ``t`` (1-based)::
+    For each variable ``w`` with gradient ``g`` at step ``t`` (1-based):
 
         m = beta_1 * m + (1 - beta_1) * g
         v = beta_2 * v + (1 - beta_2) * g**2
@@ -50,13 +50,19 @@ class LAMB(LayerwiseAdaptiveOptimizer):
             theory clips the ratio; DeepSpeed exposes both bounds, timm clamps at 1.
         record_trust_ratio: keep the ratio applied to each variable at the last step,
             readable with `trust_ratios()`. Defaults to ``False`` (no cost).
-        clipnorm, clipvalue, global_clipnorm: as in Keras, but applied to the gradient of
-            the global batch, after the cross-replica sum and after accumulation.
-            ``global_clipnorm=1.0`` is NVIDIA's NVLAMB pre-normalization.
+        clipnorm: as in Keras, but applied to the gradient of the global batch, after the
+            cross-replica sum and after accumulation (like ``clipvalue`` and
+            ``global_clipnorm``).
+        clipvalue: as in Keras, on the global-batch gradient.
+        global_clipnorm: as in Keras, on the global-batch gradient. ``global_clipnorm=1.0`` is
+            NVIDIA's NVLAMB pre-normalization.
         gradient_accumulation_steps: int >= 1 or ``None``; update every k micro-batches with
             their mean gradient. Works under `tf.distribute` strategies.
-        name, use_ema, ema_momentum, ema_overwrite_frequency, loss_scale_factor: as in
-            `keras.optimizers.Optimizer`.
+        name: as in `keras.optimizers.Optimizer`. Defaults to ``"lamb"``.
+        use_ema: as in `keras.optimizers.Optimizer`.
+        ema_momentum: as in `keras.optimizers.Optimizer`.
+        ema_overwrite_frequency: as in `keras.optimizers.Optimizer`.
+        loss_scale_factor: as in `keras.optimizers.Optimizer`.
 
     References:
         - You et al., "Large Batch Optimization for Deep Learning: Training BERT in 76

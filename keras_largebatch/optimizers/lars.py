@@ -12,7 +12,7 @@ from keras_largebatch.optimizers.trust_ratio import l2_norm, trust_ratio
 class LARS(LayerwiseAdaptiveOptimizer):
     """LARS optimizer (You, Gitman, Ginsburg, 2017) in the MLPerf ResNet-50 form.
 
-    For each variable ``w`` with gradient ``g``::
+    For each variable ``w`` with gradient ``g``:
 
         trust = trust_coefficient * ||w|| / (||g|| + weight_decay * ||w|| + epsilon)
                 # 1 if ||w|| == 0 or ||g|| == 0, or w is excluded from layer adaptation
@@ -43,15 +43,22 @@ class LARS(LayerwiseAdaptiveOptimizer):
             ``variable.path``, or a callable ``variable -> bool``. ``[]`` excludes nothing.
         exclude_from_layer_adaptation: the same rules for the trust ratio. Defaults to
             ``None``.
-        min_trust_ratio, max_trust_ratio: clamp the computed trust ratio (before the LARC
-            clip), or ``None`` (default).
+        min_trust_ratio: lower clamp on the computed trust ratio (before the LARC clip), or
+            ``None`` (default).
+        max_trust_ratio: upper clamp on the computed trust ratio (before the LARC clip), or
+            ``None`` (default).
         record_trust_ratio: keep the ratio applied to each variable at the last step,
             readable with `trust_ratios()`. Defaults to ``False``.
-        clipnorm, clipvalue, global_clipnorm: as in Keras, applied to the global-batch
-            gradient after the cross-replica sum and accumulation.
+        clipnorm: as in Keras, applied to the global-batch gradient after the cross-replica
+            sum and accumulation (like ``clipvalue`` and ``global_clipnorm``).
+        clipvalue: as in Keras, on the global-batch gradient.
+        global_clipnorm: as in Keras, on the global-batch gradient.
         gradient_accumulation_steps: int >= 1 or ``None``.
-        name, use_ema, ema_momentum, ema_overwrite_frequency, loss_scale_factor: as in
-            `keras.optimizers.Optimizer`.
+        name: as in `keras.optimizers.Optimizer`. Defaults to ``"lars"``.
+        use_ema: as in `keras.optimizers.Optimizer`.
+        ema_momentum: as in `keras.optimizers.Optimizer`.
+        ema_overwrite_frequency: as in `keras.optimizers.Optimizer`.
+        loss_scale_factor: as in `keras.optimizers.Optimizer`.
 
     References:
         - You, Gitman, Ginsburg, "Large Batch Training of Convolutional Networks", 2017.

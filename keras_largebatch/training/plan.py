@@ -9,8 +9,6 @@ accumulates on 8 cores and not on 2,048. The user's config object is never chang
 (shallowly: a phase's ``settings`` and the run's ``record`` are plain copies, not to be
 changed).
 
-::
-
     plan = plan_run(config, num_replicas=8)
     phase = plan.phases[0]
     phase.micro_batch_size, phase.per_replica_batch_size, phase.gradient_accumulation_steps

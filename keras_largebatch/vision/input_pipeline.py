@@ -84,7 +84,8 @@ def make_imagenet_dataset(
         num_classes: the number of classes.
         augmentation_seed: seed of the training crops and flips, drawn per record and epoch.
         dtype: of the images, e.g. ``tf.bfloat16``.
-        mean, stddev: per-channel normalization, 0-255 range.
+        mean: per-channel means of the normalization, 0-255 range.
+        stddev: per-channel standard deviations of the normalization, 0-255 range.
         shuffle_buffer_size: records of each permuted window (training).
         cycle_length: files read at once (training).
         start_batch: the training batch of this pipeline to start at.

@@ -121,7 +121,8 @@ def preprocess_for_train(
         image_bytes: scalar `tf.string`, the JPEG file.
         image_size: side of the square output.
         seed: int ``[2]``; it determines the crop and the flip.
-        mean, stddev: per-channel statistics, 0-255 range.
+        mean: per-channel means, 0-255 range.
+        stddev: per-channel standard deviations, 0-255 range.
         dtype: of the output.
 
     Returns:
