@@ -32,6 +32,9 @@ BEST_PREFIX = "best-"
 CHECKPOINT_SUFFIX = ".weights.h5"
 UNREADABLE_SUFFIX = ".unreadable"
 
+# The config keys that say where a run's files are, not which run it is.
+LOCATION_KEYS = ("output_dir", "checkpoint_dir")
+
 
 class RunDirectory:
     """The files of one run under ``config.output_dir`` (a `training.config.RunConfig`).
@@ -107,10 +110,14 @@ class RunDirectory:
             return None
         expected = self._run_config()
         state = self.state()
-        if state is not None and config_differences(state["config"], expected):
+        # Where the run lives is not what it is: a moved or copied run directory resumes.
+        differences = state is not None and [
+            key for key in config_differences(state["config"], expected) if key not in LOCATION_KEYS
+        ]
+        if differences:
             raise ValueError(
                 f"checkpoint_dir {self.checkpoint_dir!r} holds a run with a different config "
-                f"(differs at {sorted(config_differences(state['config'], expected))}); use "
+                f"(differs at {sorted(differences)}); use "
                 "another output_dir, run with the same config to resume it, or pass "
                 "overwrite=true to start over"
             )
@@ -157,11 +164,26 @@ class RunDirectory:
         return sorted(names)
 
     def state(self):
-        """The newest checkpoint's state (phase, step, global_step, checkpoint path...), or None."""
+        """The newest checkpoint's state (phase, step, global_step, checkpoint path...), or None.
+
+        Its checkpoint paths are this directory's: a run directory moved or copied after
+        training (from a TPU VM's bucket to a laptop, say) resumes and exports from where it is
+        now, not from where its state file was written.
+        """
         if not tf.io.gfile.exists(self.state_path):
             return None
         with tf.io.gfile.GFile(self.state_path) as stream:
-            return json.load(stream)
+            state = json.load(stream)
+        state = self._here(state)
+        if "kept" in state:
+            state["kept"] = [self._here(entry) for entry in state["kept"]]
+        return state
+
+    def _here(self, record):
+        """``record`` with its ``checkpoint`` file looked up in this run's checkpoint_dir
+        (every checkpoint, best weights included, is written there)."""
+        name = os.path.basename(record["checkpoint"])
+        return dict(record, checkpoint=os.path.join(self.checkpoint_dir, name))
 
     def readable_state(self, warn):
         """The state of the newest checkpoint that can be read, or None if none was written.
@@ -242,7 +264,7 @@ class RunDirectory:
         if not tf.io.gfile.exists(self.best_path):
             return None
         with tf.io.gfile.GFile(self.best_path) as stream:
-            return json.load(stream)
+            return self._here(json.load(stream))
 
     def save_best(self, model, evaluation):
         """Keeps the model's weights (and optimizer state) as the run's best evaluation:

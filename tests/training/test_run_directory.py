@@ -150,3 +150,39 @@ def test_the_processes_compare_what_they_read_before_the_writer_changes_anything
     with pytest.raises(ValueError, match="is not empty and holds no run_config.json"):
         RunDirectory(load(tmp_path), check_same=check_same).claim()
     assert compared[0][0]["refused"].startswith(f"output_dir '{tmp_path}' is not empty")
+
+
+def test_a_moved_run_directory_reads_its_checkpoints_where_it_is_now(tmp_path):
+    # A run trained on one machine and copied to another (its state file names the old paths)
+    # resumes, and names its best weights, from the new place.
+    import shutil
+
+    trained = tmp_path / "trained"
+    run = RunDirectory(load(trained))
+    run.claim()
+    _save(run, _model(1.0), 2)
+    _save(run, _model(2.0), 4)
+    run.save_best(_model(3.0), {"global_step": 2, "dev_accuracy": 0.5})
+    moved = tmp_path / "moved"
+    shutil.copytree(trained, moved)
+    shutil.rmtree(trained)
+    copy = RunDirectory(load(moved))
+    assert copy.claim()["global_step"] == 4
+    state = copy.readable_state(warn=pytest.fail)
+    assert state["checkpoint"] == str(moved / "checkpoints" / "ckpt-000000004.weights.h5")
+    assert [entry["checkpoint"] for entry in state["kept"]] == [
+        str(moved / "checkpoints" / f"ckpt-00000000{step}.weights.h5") for step in (2, 4)
+    ]
+    assert copy.best()["checkpoint"] == str(moved / "checkpoints" / "best-000000002.weights.h5")
+    model = _model(0.0)
+    model.load_weights(state["checkpoint"])
+    assert model.get_weights()[0][0, 0] == 2.0
+    # Training on from the new place writes and prunes there.
+    _save(copy, _model(5.0), 6)
+    assert sorted(os.listdir(moved / "checkpoints")) == [
+        "best-000000002.weights.h5",
+        "best.json",
+        "ckpt-000000004.weights.h5",
+        "ckpt-000000006.weights.h5",
+        "state.json",
+    ]
