@@ -270,6 +270,7 @@ def test_core_trains_without_tensorflow(backend):
         ("keras_largebatch.plot_schedule", "keras-largebatch-plot-schedule", ["out.png"]),
         ("keras_largebatch.bert.pretrain", "keras-largebatch-pretrain", []),
         ("keras_largebatch.bert.export", "keras-largebatch-export", ["run", "preset"]),
+        ("keras_largebatch.bert.finetune", "keras-largebatch-finetune", []),
         ("keras_largebatch.vision.train", "keras-largebatch-train-images", []),
     ],
 )
