@@ -1,9 +1,9 @@
 """``python -m keras_largebatch.study`` (``keras-largebatch-study``): run the large-batch study.
 
-Parses the options and calls `runner.run_study`; see `keras_largebatch.study`.
+Parses the options and calls `runner.run_study` (or, with ``--report-only``,
+`runner.report_only`; with ``--estimate``, `runner.estimate`); see `keras_largebatch.study`.
 """
 
-import argparse
 import sys
 
 from keras_largebatch._logging import quiet_tensorflow_logs
@@ -18,36 +18,38 @@ def name_list(text):
     return [item for item in text.split(",") if item]
 
 
-def rule_mapping(text):
-    """``lars=sqrt,sgd_nesterov=sqrt`` as a dict; the values are checked with the config."""
-    pairs = [item.partition("=") for item in text.split(",") if item]
-    if any(not name or not separator or not rule for name, separator, rule in pairs):
-        raise argparse.ArgumentTypeError(f"expected OPTIMIZER=RULE,..., got {text!r}")
-    return {name: rule for name, _, rule in pairs}
-
-
 def parse_arguments(argv=None):
     parser = command.ArgumentParser(
         prog="keras-largebatch-study",
         description="Train one CNN on Fashion-MNIST at batch sizes from small to large with "
-        "SGD-Nesterov, AdamW, LARS and LAMB, each with the same learning-rate search; write "
-        "a CSV of every trial, a summary table and plots. A stopped study resumes.",
+        "SGD-momentum, AdamW, LARS and LAMB, each searched the same way at every batch size; "
+        "measure the steps to validation targets, rerun the best settings with more seeds, "
+        "and write a ledger of every trial, a report and plots. A stopped study resumes.",
     )
-    parser.add_argument("--preset", default="default", help="default, large or tiny")
+    parser.add_argument("--preset", default="default", help="tiny, default or full")
     parser.add_argument(
-        "--output-dir", help="where the ledger and plots go (default: runs/study-PRESET)"
+        "--output-dir", help="where the ledger and report go (default: runs/study-PRESET)"
     )
-    parser.add_argument("--optimizers", type=name_list, help="e.g. sgd_nesterov,adamw,lars,lamb")
+    parser.add_argument("--optimizers", type=name_list, help="e.g. sgd_momentum,adamw,lars,lamb")
     parser.add_argument("--batch-sizes", type=integer_list, help="ascending, e.g. 64,256,1024")
-    parser.add_argument(
-        "--scaling-rules",
-        type=rule_mapping,
-        help="replace the rule centring an optimizer's grid, e.g. lars=sqrt",
-    )
-    parser.add_argument("--epochs", type=int, help="epoch budget of every trial")
-    parser.add_argument("--learning-rates-per-cell", type=int, help="k rates per cell")
-    parser.add_argument("--target-accuracy", type=float, help="test accuracy to reach")
+    parser.add_argument("--trials-per-cell", type=int, help="Sobol trials per cell, a power of 2")
+    parser.add_argument("--seeds", type=int, help="runs of each cell's best settings")
     parser.add_argument("--data-dir", help="the Fashion-MNIST files (default: Keras cache)")
+    parser.add_argument(
+        "--page",
+        help="a Markdown page whose block between the study-report markers gets the report",
+    )
+    parser.add_argument(
+        "--report-only",
+        action="store_true",
+        help="write the report of the ledger in --output-dir as it stands; train nothing",
+    )
+    parser.add_argument(
+        "--estimate",
+        action="store_true",
+        help="measure the CNN's speed here and print how long the preset would take; train "
+        "nothing else",
+    )
     parser.add_argument(
         "--overwrite",
         action="store_true",
@@ -66,7 +68,7 @@ def main(argv=None):
     from keras_largebatch.study.ledger import LedgerError
 
     try:
-        from keras_largebatch.study.runner import run_study
+        from keras_largebatch.study import runner
     except ModuleNotFoundError as error:
         if (error.name or "").split(".")[0] != "matplotlib":
             raise
@@ -78,17 +80,24 @@ def main(argv=None):
         return 2
 
     try:
+        if arguments.report_only:
+            runner.report_only(arguments.output_dir, page=arguments.page)
+            return 0
         config = config_lib.preset(
             arguments.preset,
             optimizers=arguments.optimizers,
             batch_sizes=arguments.batch_sizes,
-            scaling_rules=arguments.scaling_rules,
-            epochs=arguments.epochs,
-            learning_rates_per_cell=arguments.learning_rates_per_cell,
-            target_accuracy=arguments.target_accuracy,
+            trials_per_cell=arguments.trials_per_cell,
+            seeds=arguments.seeds,
             data_dir=arguments.data_dir,
         )
-        run_study(config, arguments.output_dir, overwrite=arguments.overwrite)
+        if arguments.estimate:
+            for line in runner.estimate(config):
+                print(line)
+            return 0
+        runner.run_study(
+            config, arguments.output_dir, overwrite=arguments.overwrite, page=arguments.page
+        )
     except (ValueError, TypeError, FileNotFoundError, LedgerError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2

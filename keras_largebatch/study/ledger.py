@@ -1,36 +1,44 @@
 """The study's ledger: one CSV row per finished trial, and the settings beside it.
 
 A row is appended and flushed to disk as soon as its trial ends, so a killed study loses at
-most the trial it was running; on start the rows say which trials to skip. A study resumed
-with other settings would mix two experiments in one table, so it is refused unless the
-caller asks to start over.
+most the trial it was running; on start the rows say which trials to skip, and the protocol
+(`keras_largebatch.study.protocol`) walks them to the same decisions. A study resumed with
+other settings would mix two experiments in one table, so it is refused unless the caller
+asks to start over.
 """
 
 import ast
 import csv
 import io
 import json
+import math
 import os
+
+import numpy as np
 
 LEDGER = "trials.csv"
 SETTINGS = "study.json"
 
 # Column -> how a CSV cell is read back ("" is None).
 COLUMNS = {
-    "kind": str,  # "trial", or "noise_scale" for the B_simple measurement
+    "key": str,  # optimizer/batch size/step budget/phase/index/seed: the trial's identity
+    "phase": str,  # "search", "extension" or "confirmation"
     "optimizer": str,
     "batch_size": int,
-    "learning_rate_index": int,  # position in the (optimizer, batch size) grid
-    "learning_rate": float,  # peak rate of the warmup + decay schedule
-    "scaling_rule": str,  # the rule that centred the grid
-    "total_steps": int,  # steps of the epoch budget
-    "steps_trained": int,  # fewer than total_steps when diverged
-    "final_test_accuracy": float,  # at the end of the budget; empty when diverged
-    "steps_to_target": int,  # first evaluated step at the target accuracy; empty: not reached
-    "diverged": lambda cell: cell == "True",
-    "test_accuracy_curve": ast.literal_eval,  # [(step, accuracy), ...] at each evaluation
-    "gradient_noise_scale": float,  # B_simple in examples (noise_scale rows)
-    "seconds": float,  # wall time of the row's training
+    "step_budget": int,  # steps of the trial's budget (and of its schedule)
+    "index": int,  # the trial's number within its phase
+    "seed": int,  # of the weights and the data order
+    "point": ast.literal_eval,  # the unit coordinates of its settings
+    "settings": ast.literal_eval,  # {name: value}: the optimizer's settings
+    "steps_trained": int,  # fewer than step_budget when it stopped early
+    "stop": str,  # "target" (the last one), "diverged" or "budget"
+    "curve": ast.literal_eval,  # [(step, validation accuracy, validation loss), ...]
+    "test_accuracy": float,  # confirmation trials only, at the end of the budget
+    "test_loss": float,
+    # [(step, training loss, validation accuracy, B_simple, low, high), ...] (None: NaN) of
+    # the smallest batch's confirmation with seed 0
+    "noise_scale": ast.literal_eval,
+    "seconds": float,  # wall time of the trial
 }
 
 
@@ -38,13 +46,30 @@ class LedgerError(RuntimeError):
     """The output directory holds a study that this one must not continue or overwrite."""
 
 
+def _plain(value, nested=False):
+    """``value`` with NumPy scalars as Python numbers, lists as tuples, and (inside a list,
+    tuple or dict) a NaN or infinite number as None, so that its ``repr`` reads back with
+    `ast.literal_eval`."""
+    if isinstance(value, np.generic):
+        value = value.item()
+    if isinstance(value, (list, tuple)):
+        return tuple(_plain(item, nested=True) for item in value)
+    if isinstance(value, dict):
+        return {key: _plain(item, nested=True) for key, item in value.items()}
+    if nested and isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
 def _format(value):
+    value = _plain(value)
     if value is None:
         return ""
-    if isinstance(value, float):
+    if isinstance(value, tuple):
+        # A curve reads back as a list of tuples, a point as a tuple.
+        return repr(list(value)) if value and isinstance(value[0], tuple) else repr(value)
+    if isinstance(value, (float, dict)):
         return repr(value)
-    if isinstance(value, list):
-        return repr([tuple(item) for item in value])
     return str(value)
 
 
@@ -96,6 +121,15 @@ def _drop_partial_last_line(path):
         os.replace(temporary, path)
         return True
     return False
+
+
+def read_settings(output_dir):
+    """The settings stored in ``output_dir``. Raises `LedgerError` when there are none."""
+    path = os.path.join(output_dir, SETTINGS)
+    if not os.path.exists(path):
+        raise LedgerError(f"{output_dir} holds no {SETTINGS}: not a study's output directory")
+    with open(path) as stream:
+        return json.load(stream)
 
 
 def prepare(output_dir, settings, overwrite=False, report_files=()):

@@ -1,6 +1,6 @@
 """The study's network: Shallue et al.'s simple CNN for Fashion-MNIST (arXiv:1811.03600: two
 5x5 convolutions, each followed by max-pooling, then fully connected layers), narrowed so that
-the whole grid of a study trains on a few CPU cores."""
+the study's searches train on a few CPU cores (11,978 weights; no batch normalization)."""
 
 import keras
 

@@ -1,52 +1,122 @@
-"""The gradient noise scale at the study's smallest batch, measured by
-`keras_largebatch.GradientNoiseScale` (McCandlish et al., arXiv:1812.06162).
+"""The gradient noise scale ``B_simple`` at the weights a run has reached, with an error bar
+(McCandlish et al., "An Empirical Model of Large-Batch Training", arXiv:1812.06162).
 
-One device has one batch size per step, so the measurement run accumulates two micro-batches
-of the smallest batch ``B`` per LAMB step: the small batch is ``B`` and the big one ``2B``.
+At fixed weights, ``K`` independent micro-batches of ``b`` examples give gradients ``g_k``.
+With ``S`` the mean of ``|g_k|^2`` (batch ``b``) and ``L = |mean_k g_k|^2`` (batch ``K b``),
+``E|G_B|^2 = |G|^2 + tr(Sigma) / B`` gives the unbiased estimates (the paper's Appendix A)
+
+```
+|G|^2     ~ (K b L - b S) / (K b - b)
+tr(Sigma) ~ (S - L) / (1 / b - 1 / (K b))
+B_simple  = tr(Sigma) / |G|^2
+```
+
+and resampling the ``K`` gradients with replacement gives a bootstrap interval. Unlike
+`keras_largebatch.GradientNoiseScale`, which averages the estimates over a stretch of training
+(the weights moving under it), this measures one point of the run, so a run gives ``B_simple``
+as the loss falls, each value with its own interval.
 """
 
-import math
-import time
-
-from keras_largebatch.callbacks import GradientNoiseScale
-from keras_largebatch.study import grid
-from keras_largebatch.study import trial as trial_lib
-
-OPTIMIZER = "lamb"
-ACCUMULATION_STEPS = 2
+import keras
+import numpy as np
+import tensorflow as tf
 
 
-def measure_noise_scale(config, data):
-    """Trains LAMB for ``config.noise_scale_epochs`` at micro-batches of
-    ``config.batch_sizes[0]``, two per step, at the rate the grid starts from for the
-    accumulated batch; returns the ledger row holding the last ``B_simple`` estimate."""
-    started = time.perf_counter()
-    micro_batch_size = config.batch_sizes[0]
-    batch_size = ACCUMULATION_STEPS * micro_batch_size
-    total_steps = max(
-        1, math.floor(config.noise_scale_epochs * len(data.train_images) / batch_size)
-    )
-    learning_rate = grid.starting_learning_rate(OPTIMIZER, batch_size)
-    schedule = trial_lib.learning_rate_schedule(learning_rate, total_steps, config.warmup_fraction)
-    optimizer = trial_lib.build_optimizer(
-        OPTIMIZER, schedule, config.weight_decay, gradient_accumulation_steps=ACCUMULATION_STEPS
-    )
-    model = trial_lib.compile_model(optimizer, config.seed)
-    history = model.fit(
-        trial_lib.train_dataset(data, micro_batch_size, config.seed),
-        epochs=1,
-        steps_per_epoch=total_steps * ACCUMULATION_STEPS,
-        callbacks=[GradientNoiseScale(micro_batch_size)],
-        shuffle=False,
-        verbose=0,
-    )
-    return {
-        "kind": "noise_scale",
-        "optimizer": OPTIMIZER,
-        "batch_size": micro_batch_size,
-        "learning_rate": learning_rate,
-        "total_steps": total_steps,
-        "steps_trained": total_steps,
-        "gradient_noise_scale": float(history.history["gradient_noise_scale"][-1]),
-        "seconds": time.perf_counter() - started,
-    }
+def _from_norms(small_norm, big_norm, micro_batch_size, count):
+    """``B_simple`` from ``S`` and ``L`` (the module's equations); NaN where the estimate of
+    ``|G|^2`` is not positive."""
+    small, big = micro_batch_size, count * micro_batch_size
+    squared_norm = (big * big_norm - small * small_norm) / (big - small)
+    trace = (small_norm - big_norm) / (1 / small - 1 / big)
+    return trace / squared_norm if squared_norm > 0 else float("nan")
+
+
+def estimate(gradients, micro_batch_size):
+    """``B_simple`` from ``gradients`` (an array ``(K, parameters)`` of the mean-loss
+    gradients of ``K`` micro-batches of ``micro_batch_size`` examples each); NaN where the
+    estimate of ``|G|^2`` is not positive."""
+    gradients = np.asarray(gradients, dtype=np.float64)
+    small_norm = float(np.mean(np.sum(gradients**2, axis=1)))
+    big_norm = float(np.sum(np.mean(gradients, axis=0) ** 2))
+    return _from_norms(small_norm, big_norm, micro_batch_size, len(gradients))
+
+
+def with_interval(gradients, micro_batch_size, samples, seed, confidence=0.95):
+    """``(B_simple, low, high)``: `estimate` and the central ``confidence`` interval of its
+    ``samples`` bootstrap resamples of the micro-batch gradients (NaN resamples dropped).
+
+    The estimate of ``|G|^2`` is the mean of ``g_i . g_j`` over the pairs of distinct
+    micro-batches (the equations above, rewritten), and ``tr(Sigma) / b = S - |G|^2``. A
+    resample draws micro-batches with replacement, and a micro-batch drawn twice is no pair of
+    independent ones: its products with itself are left out of the resample's pairs, else
+    they would count its noise as signal and bias ``B_simple`` down by about
+    ``B_simple / (K b)``.
+    """
+    gradients = np.asarray(gradients, dtype=np.float64)
+    count = len(gradients)
+    gram = gradients @ gradients.T
+    diagonal = np.diag(gram)
+    generator = np.random.default_rng(seed)
+    resampled = []
+    for _ in range(samples):
+        counts = np.bincount(generator.integers(0, count, count), minlength=count)
+        small_norm = float(counts @ diagonal) / count
+        pairs = count**2 - float(counts @ counts)  # 0: one micro-batch drawn K times
+        products = float(counts @ gram @ counts) - float(counts**2 @ diagonal)
+        squared_norm = products / pairs if pairs else 0.0
+        resampled.append(
+            micro_batch_size * (small_norm - squared_norm) / squared_norm
+            if squared_norm > 0
+            else float("nan")
+        )
+    resampled = np.array(resampled)
+    resampled = resampled[np.isfinite(resampled)]
+    value = estimate(gradients, micro_batch_size)
+    if not len(resampled):
+        return value, float("nan"), float("nan")
+    tail = 100 * (1 - confidence) / 2
+    low, high = np.percentile(resampled, [tail, 100 - tail], method="nearest")
+    return value, float(low), float(high)
+
+
+class NoiseScaleProbe:
+    """Measures ``B_simple`` of ``model`` at its current weights from ``micro_batches``
+    micro-batches of ``micro_batch_size`` training examples of ``data`` (drawn without
+    replacement), leaving the weights, the optimizer and the run's data order alone."""
+
+    def __init__(self, model, data, micro_batch_size, micro_batches, bootstrap_samples):
+        self.model = model
+        self.data = data
+        self.micro_batch_size = micro_batch_size
+        self.micro_batches = micro_batches
+        self.bootstrap_samples = bootstrap_samples
+        self._loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+        self._gradient = tf.function(self._gradient_and_loss)
+
+    def _gradient_and_loss(self, images, labels):
+        with tf.GradientTape() as tape:
+            loss = self._loss(labels, self.model(images, training=True))
+        gradients = tape.gradient(loss, self.model.trainable_variables)
+        return tf.concat([tf.reshape(g, [-1]) for g in gradients], axis=0), loss
+
+    def gradients(self, seed):
+        """``(gradients, mean loss)``: the ``(micro_batches, parameters)`` array of the
+        micro-batch gradients drawn with ``seed``, and their mean training loss."""
+        count = self.micro_batches * self.micro_batch_size
+        chosen = np.random.default_rng(seed).choice(len(self.data.train_images), count, False)
+        gradients, losses = [], []
+        for batch in np.split(chosen, self.micro_batches):
+            gradient, loss = self._gradient(
+                self.data.train_images[batch], self.data.train_labels[batch]
+            )
+            gradients.append(gradient.numpy())
+            losses.append(float(loss))
+        return np.stack(gradients), float(np.mean(losses))
+
+    def measure(self, seed):
+        """``(training loss, B_simple, low, high)`` at the current weights."""
+        gradients, loss = self.gradients(seed)
+        value, low, high = with_interval(
+            gradients, self.micro_batch_size, self.bootstrap_samples, seed
+        )
+        return loss, value, low, high

@@ -1,175 +1,271 @@
-"""The study's results: the best trial per (optimizer, batch size), a Markdown table, and two
-plots in the form of Shallue et al. (arXiv:1811.03600): best test accuracy against batch size,
-and steps to the target against batch size on log-log axes with the perfect-scaling line and
-the gradient noise scale ``B_simple`` (McCandlish et al., arXiv:1812.06162)."""
+"""The study's report, written from the ledger: a Markdown fragment (the criteria and which
+held, the tables) and the three plots of `keras_largebatch.study.plots`.
+
+`update_page` copies the fragment into a page between `BEGIN` and `END`, so that the page's
+results are the report's, never typed by hand.
+"""
 
 import math
 import os
-from typing import NamedTuple, Optional
 
-from matplotlib.backends.backend_agg import FigureCanvasAgg
-from matplotlib.figure import Figure
-
-from keras_largebatch.study import measures
+from keras_largebatch.study import analysis, plots
+from keras_largebatch.study.optimizers import OPTIMIZERS
 
 SUMMARY = "summary.md"
-ACCURACY_PLOT = "accuracy_vs_batch_size.png"
 STEPS_PLOT = "steps_to_target.png"
-FILES = (SUMMARY, ACCURACY_PLOT, STEPS_PLOT)
+ACCURACY_PLOT = "accuracy_at_budget.png"
+NOISE_PLOT = "noise_scale.png"
+FILES = (SUMMARY, STEPS_PLOT, ACCURACY_PLOT, NOISE_PLOT)
+BEGIN = "<!-- study-report: begin -->"
+END = "<!-- study-report: end -->"
 
 
-class Cell(NamedTuple):
-    """The trials of one (optimizer, batch size) after the learning-rate search."""
-
-    optimizer: str
-    batch_size: int
-    trials: int
-    diverged: int
-    best_test_accuracy: Optional[float]  # best final accuracy of the trials that did not diverge
-    best_learning_rate: Optional[float]  # the rate of that trial
-    steps_to_target: Optional[int]  # fewest steps to the target over the trials; None: none
+# === Text ===
 
 
-def cells(rows):
-    """One `Cell` per (optimizer, batch size) of the trial rows, in the order first seen."""
-    grouped = {}
-    for row in rows:
-        if row["kind"] == "trial":
-            grouped.setdefault((row["optimizer"], row["batch_size"]), []).append(row)
-    result = []
-    for (optimizer, batch_size), trials in grouped.items():
-        finished = [row for row in trials if row["final_test_accuracy"] is not None]
-        best = max(finished, key=lambda row: row["final_test_accuracy"], default=None)
-        reached = [row["steps_to_target"] for row in trials if row["steps_to_target"] is not None]
-        result.append(
-            Cell(
-                optimizer=optimizer,
-                batch_size=batch_size,
-                trials=len(trials),
-                diverged=sum(row["diverged"] for row in trials),
-                best_test_accuracy=best and best["final_test_accuracy"],
-                best_learning_rate=best and best["learning_rate"],
-                steps_to_target=min(reached, default=None),
-            )
-        )
-    return result
+def _steps(value):
+    return "—" if value is None or value == math.inf else f"{value:.0f}"
 
 
-def noise_scale(rows):
-    """The measured ``B_simple`` and the batch it was measured at, or None."""
-    for row in rows:
-        if row["kind"] == "noise_scale":
-            return row["gradient_noise_scale"], row["batch_size"]
-    return None
+def _spread_steps(spread):
+    if spread is None or spread.median == math.inf:
+        return "—"
+    high = "—" if spread.high == math.inf else f"{spread.high:.0f}"
+    return f"{spread.median:.0f} [{spread.low:.0f}–{high}]"
 
 
-def markdown_table(rows, target_accuracy):
-    """Per optimizer and batch size: best test accuracy (its rate), steps to the target,
-    diverged trials."""
+def _spread_accuracy(spread):
+    if spread is None:
+        return "—"
+    return f"{spread.median:.4f} [{spread.low:.4f}–{spread.high:.4f}]"
+
+
+def _interval(value, low, high):
+    def number(x):
+        return "∞" if x == math.inf else ("—" if math.isnan(x) else f"{x:.3g}")
+
+    return f"{number(value)} [{number(low)}, {number(high)}]"
+
+
+def _settings(optimizer, settings):
+    text = []
+    for name, value in settings.items():
+        if name == "one_minus_momentum":
+            first = "momentum" if optimizer in ("sgd_momentum", "lars") else "beta_1"
+            text.append(f"{first} {1 - value:.4g}")
+        elif isinstance(value, float):
+            text.append(f"{name} {value:.3g}")
+        else:
+            text.append(f"{name} {value}")
+    return ", ".join(text)
+
+
+def _flags(result):
+    progress = result.progress
+    flags = []
+    if progress.budget_doubled:
+        flags.append("budget doubled")
+    flags += [f"edge: {name} {side}" for name, side in progress.edges]
+    if progress.best_beyond_range:
+        flags.append("best beyond the range")
+    return "; ".join(flags)
+
+
+def _verdict_line(item, fits):
+    label, baseline = OPTIMIZERS[item.layerwise].label, OPTIMIZERS[item.baseline].label
+    state = "confirmed" if item.confirmed else "refuted" if item.refuted else "neither"
+    parts = []
+    for name in (item.layerwise, item.baseline):
+        fit = fits.get(name)
+        value = "no fit" if fit is None else _interval(fit.critical_batch_size, fit.low, fit.high)
+        parts.append(f"{OPTIMIZERS[name].label} B_crit {value}")
+    sizes = ", ".join(str(size) for size in item.confirming_batch_sizes) or "none"
+    return (
+        f"- **{label} against {baseline}: {state}.** Batch sizes where {label} needs <= "
+        f"{analysis.CONFIRM_RATIO:g}x the steps with the seed ranges apart: {sizes}; "
+        f"{'; '.join(parts)}."
+    )
+
+
+def markdown(config, cells, incomplete, fits, noise, verdicts, link_prefix=""):
+    """The report's Markdown: the criteria, the steps and accuracy tables, the fits against
+    ``B_simple``, and every cell; plots linked under ``link_prefix``."""
+    target = config.primary_target
+    labels = {name: OPTIMIZERS[name].label for name in config.optimizers}
     lines = [
-        f"| optimizer | batch size | best test accuracy | its learning rate | "
-        f"steps to {target_accuracy:g} | diverged |",
-        "|---|---:|---:|---:|---:|---:|",
+        "<!-- Written by keras_largebatch.study.report from the ledger; do not edit. -->",
+        "",
+        "#### Which criteria held",
+        "",
     ]
-    for cell in sorted(cells(rows), key=lambda cell: (cell.optimizer, cell.batch_size)):
-        accuracy = "-" if cell.best_test_accuracy is None else f"{cell.best_test_accuracy:.4f}"
-        rate = "-" if cell.best_learning_rate is None else f"{cell.best_learning_rate:.3g}"
-        steps = "not reached" if cell.steps_to_target is None else str(cell.steps_to_target)
+    lines += [_verdict_line(item, fits) for item in verdicts] or ["- No pair was studied."]
+    if verdicts:
+        if any(item.confirmed for item in verdicts):
+            overall = "confirmed"
+        elif all(item.refuted for item in verdicts):
+            overall = "refuted"
+        else:
+            overall = "neither confirmed nor refuted"
+        lines += ["", f"**The claim is {overall}** by this study."]
+    if incomplete:
+        missing = ", ".join(f"{labels[name]} at {size}" for name, size in incomplete)
+        lines += ["", f"Not complete yet (left out above and below): {missing}."]
+    lines += [
+        "",
+        f"#### Steps to validation accuracy {target:g}",
+        "",
+        f"![Steps to {target:g} against batch size]({link_prefix}{STEPS_PLOT})",
+        "",
+        "Median of the seeds [fastest–slowest], steps to the first evaluation at or above "
+        "the target; — not reached.",
+        "",
+        "| batch | budget | " + " | ".join(labels.values()) + " |",
+        "|---:|---:|" + "---:|" * len(labels),
+    ]
+    for batch_size in config.batch_sizes:
+        cells_here = [cells.get((name, batch_size)) for name in config.optimizers]
+        budgets = sorted({c.progress.step_budget for c in cells_here if c is not None})
+        row = [str(batch_size), ", ".join(str(b) for b in budgets) or "—"]
+        row += [_spread_steps(c and c.steps[target]) for c in cells_here]
+        lines.append("| " + " | ".join(row) + " |")
+    lines += [
+        "",
+        "#### The fits against the noise scale",
+        "",
+        "`S(B) = S_min (1 + B_crit / B)` fitted to the medians (95% bootstrap interval over "
+        "the seeds); `B_simple` measured along the best run at the smallest batch, at the "
+        "first evaluation at the target (95% bootstrap interval over the micro-batches).",
+        "",
+        "| optimizer | S_min | B_crit [interval] | fitted on | B_simple at the target | "
+        "its training loss |",
+        "|---|---:|---:|---|---:|---:|",
+    ]
+    noise_by_optimizer = {item.optimizer: item for item in noise}
+    for name in config.optimizers:
+        fit = fits.get(name)
+        measured = noise_by_optimizer.get(name)
+        at_target = measured and measured.at_target
         lines.append(
-            f"| {cell.optimizer} | {cell.batch_size} | {accuracy} | {rate} | {steps} | "
-            f"{cell.diverged}/{cell.trials} |"
+            "| "
+            + " | ".join(
+                [
+                    labels[name],
+                    "—" if fit is None else f"{fit.minimum_steps:.0f}",
+                    "—" if fit is None else _interval(fit.critical_batch_size, fit.low, fit.high),
+                    "—" if fit is None else ", ".join(str(b) for b in fit.batch_sizes),
+                    "—" if not at_target else _interval(*at_target[3:6]),
+                    "—" if not at_target else f"{at_target[1]:.3f}",
+                ]
+            )
+            + " |"
         )
-    measured = noise_scale(rows)
-    if measured is not None:
-        lines += ["", f"Gradient noise scale B_simple at batch {measured[1]}: {measured[0]:.4g}"]
+    lines += [
+        "",
+        f"![B_simple along the runs at batch {config.batch_sizes[0]}]({link_prefix}{NOISE_PLOT})",
+        "",
+        "#### Accuracy at the end of the budget",
+        "",
+        f"![Test accuracy at the end of the budget]({link_prefix}{ACCURACY_PLOT})",
+        "",
+        "Test accuracy of each cell's selected settings at the end of its budget (the test "
+        "set's only use), median [lowest–highest] of the seeds.",
+        "",
+        "| batch | " + " | ".join(labels.values()) + " |",
+        "|---:|" + "---:|" * len(labels),
+    ]
+    for batch_size in config.batch_sizes:
+        row = [str(batch_size)]
+        row += [
+            _spread_accuracy(cells[(name, batch_size)].test_accuracy)
+            if (name, batch_size) in cells
+            else "—"
+            for name in config.optimizers
+        ]
+        lines.append("| " + " | ".join(row) + " |")
+    targets = " / ".join(f"{t:g}" for t in config.targets)
+    lines += [
+        "",
+        "#### Every cell",
+        "",
+        f"Steps to {targets}: the best search trial's, then the seeds' medians; validation "
+        "accuracy at the end of the budget (median of the seeds); trials of the selected "
+        "round (diverged); the selected settings; flags.",
+        "",
+        f"| optimizer | batch | budget | best trial to {targets} | seeds to {targets} | "
+        "validation accuracy | trials (diverged) | settings | flags |",
+        "|---|---:|---:|---:|---:|---:|---:|---|---|",
+    ]
+    for (name, batch_size), result in sorted(cells.items(), key=lambda item: item[0]):
+        best = " / ".join(_steps(result.search_steps[t]) for t in config.targets)
+        seeds = " / ".join(_steps(result.steps[t].median) for t in config.targets)
+        accuracy = result.validation_accuracy
+        lines.append(
+            f"| {labels[name]} | {batch_size} | {result.progress.step_budget} | {best} | "
+            f"{seeds} | {'—' if accuracy is None else f'{accuracy.median:.4f}'} | "
+            f"{result.trials} ({result.diverged}) | "
+            f"{_settings(name, result.progress.best['settings'])} | {_flags(result)} |"
+        )
     return "\n".join(lines) + "\n"
 
 
-def _by_optimizer(rows):
-    series = {}
-    for cell in cells(rows):
-        series.setdefault(cell.optimizer, []).append(cell)
-    return series
+# === Files ===
 
 
-def _save(figure, path):
-    FigureCanvasAgg(figure)
-    figure.savefig(path, dpi=100)
+def _write_text(path, text):
+    temporary = path + ".partial"
+    with open(temporary, "w") as stream:
+        stream.write(text)
+    os.replace(temporary, path)
 
 
-def _batch_axis(axes, rows):
-    batch_sizes = sorted({cell.batch_size for cell in cells(rows)})
-    axes.set_xscale("log", base=2)
-    axes.set_xticks(batch_sizes, [str(size) for size in batch_sizes], rotation=45)
-    axes.minorticks_off()
-    axes.set_xlabel("batch size")
-
-
-def _mark_noise_scale(axes, rows):
-    measured = noise_scale(rows)
-    if measured is not None and math.isfinite(measured[0]) and measured[0] > 0:
-        axes.axvline(
-            measured[0], color="gray", linestyle=":", label=f"B_simple = {measured[0]:.0f}"
-        )
-
-
-def plot_accuracy(rows, path):
-    """Best test accuracy at the end of the budget against batch size, per optimizer."""
-    figure = Figure(figsize=(6.4, 4.4))
-    axes = figure.add_subplot()
-    for optimizer, series in _by_optimizer(rows).items():
-        points = [(c.batch_size, c.best_test_accuracy) for c in series if c.best_test_accuracy]
-        if points:
-            axes.plot(*zip(*points), marker="o", label=optimizer)
-    _mark_noise_scale(axes, rows)
-    _batch_axis(axes, rows)
-    axes.set_ylabel("best test accuracy (equal search per point)")
-    axes.grid(True, alpha=0.3)
-    axes.legend()
-    figure.tight_layout()
-    _save(figure, path)
-
-
-def plot_steps_to_target(rows, path, target_accuracy):
-    """Steps to the target against batch size on log-log axes, per optimizer, with perfect
-    scaling drawn from the fewest steps at the smallest batch."""
-    figure = Figure(figsize=(6.4, 4.4))
-    axes = figure.add_subplot()
-    reached = [c for c in cells(rows) if c.steps_to_target is not None]
-    for optimizer, series in _by_optimizer(rows).items():
-        points = [(c.batch_size, c.steps_to_target) for c in series if c.steps_to_target]
-        if points:
-            axes.plot(*zip(*points), marker="o", label=optimizer)
-    if reached:
-        batch_sizes = sorted({cell.batch_size for cell in cells(rows)})
-        smallest = min(cell.batch_size for cell in reached)
-        steps = min(cell.steps_to_target for cell in reached if cell.batch_size == smallest)
-        line = measures.perfect_scaling(
-            [size for size in batch_sizes if size >= smallest], smallest, steps
-        )
-        axes.plot(
-            [size for size in batch_sizes if size >= smallest],
-            line,
-            color="black",
-            linestyle="--",
-            label="perfect scaling",
-        )
-    _mark_noise_scale(axes, rows)
-    axes.set_yscale("log")
-    _batch_axis(axes, rows)
-    axes.set_ylabel(f"steps to test accuracy {target_accuracy:g}")
-    axes.grid(True, which="both", alpha=0.3)
-    axes.legend()
-    figure.tight_layout()
-    _save(figure, path)
-
-
-def write_report(rows, output_dir, target_accuracy):
-    """Writes `SUMMARY`, `ACCURACY_PLOT` and `STEPS_PLOT` into ``output_dir``; returns
-    their paths."""
+def write_report(config, rows, output_dir):
+    """Writes `FILES` into ``output_dir`` from the ledger's ``rows`` under ``config``;
+    returns their paths and the Markdown."""
+    cells, incomplete = analysis.results(config, rows)
+    fits = {}
+    for name in config.optimizers:
+        fit = analysis.fit_optimizer(cells, name, config.primary_target, config.bootstrap_samples)
+        if fit is not None:
+            fits[name] = fit
+    noise = analysis.noise_scales(cells, config)
+    verdicts = analysis.verdicts(cells, fits, config)
+    text = markdown(config, cells, incomplete, fits, noise, verdicts)
     paths = [os.path.join(output_dir, name) for name in FILES]
-    with open(paths[0], "w") as stream:
-        stream.write(markdown_table(rows, target_accuracy))
-    plot_accuracy(rows, paths[1])
-    plot_steps_to_target(rows, paths[2], target_accuracy)
-    return paths
+    _write_text(paths[0], text)
+    plots.plot_steps(config, cells, fits, noise, paths[1])
+    plots.plot_accuracy(config, cells, paths[2])
+    plots.plot_noise(config, noise, fits, paths[3])
+    return paths, (cells, incomplete, fits, noise, verdicts)
+
+
+def _marker_lines(lines):
+    return [i for i, line in enumerate(lines) if line.strip() == BEGIN], [
+        i for i, line in enumerate(lines) if line.strip() == END
+    ]
+
+
+def check_page(page):
+    """Raises unless the Markdown file ``page`` holds a line `BEGIN` once and, after it, a
+    line `END` once (FileNotFoundError when there is no such file, ValueError naming it
+    otherwise); returns its lines."""
+    with open(page) as stream:
+        lines = stream.read().splitlines(keepends=True)
+    begins, ends = _marker_lines(lines)
+    if len(begins) != 1 or len(ends) != 1 or begins[0] > ends[0]:
+        raise ValueError(
+            f"{page} must hold the line {BEGIN!r} once and, after it, the line {END!r} once; "
+            "the report goes between them"
+        )
+    return lines
+
+
+def update_page(page, config, analysed, output_dir):
+    """Replaces the lines between `BEGIN` and `END` in the Markdown file ``page`` (see
+    `check_page`) by the report (``analysed``: what `write_report` returned second), its plots
+    linked relative to the page; nothing else of the page changes."""
+    lines = check_page(page)
+    (begin,), (end,) = _marker_lines(lines)
+    prefix = os.path.relpath(output_dir, os.path.dirname(os.path.abspath(page)))
+    prefix = prefix.replace(os.sep, "/") + "/"
+    text = markdown(config, *analysed, link_prefix=prefix)
+    _write_text(page, "".join(lines[: begin + 1]) + text + "".join(lines[end:]))

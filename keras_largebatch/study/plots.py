@@ -1,0 +1,185 @@
+"""The study's three plots, in the form of Shallue et al. (arXiv:1811.03600): steps to the
+target against batch size on log-log axes with the perfect-scaling line, the fits and
+``B_simple``; test accuracy at the end of the budget against batch size; and ``B_simple`` along
+the smallest batch's runs against the fitted ``B_crit`` (McCandlish et al., arXiv:1812.06162).
+Each is written from what `keras_largebatch.study.analysis` made of the ledger."""
+
+import math
+import os
+import statistics
+
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+
+from keras_largebatch.study import measures
+from keras_largebatch.study.optimizers import OPTIMIZERS
+
+
+def _save(figure, path):
+    FigureCanvasAgg(figure)
+    temporary = path + ".partial.png"
+    figure.savefig(temporary, dpi=100)
+    os.replace(temporary, path)
+
+
+def _batch_axis(axes, batch_sizes):
+    axes.set_xscale("log", base=2)
+    axes.set_xticks(batch_sizes, [str(size) for size in batch_sizes], rotation=45)
+    axes.minorticks_off()
+    axes.set_xlabel("batch size")
+
+
+def _series(cells, optimizer, value):
+    points = []
+    for (name, batch_size), result in sorted(cells.items()):
+        spread = value(result)
+        if name == optimizer and spread is not None and spread.median < math.inf:
+            points.append((batch_size, spread))
+    return points
+
+
+def _error_bars(axes, points, label, top):
+    medians = [spread.median for _, spread in points]
+    below = [spread.median - spread.low for _, spread in points]
+    above = [min(spread.high, top) - spread.median for _, spread in points]
+    return axes.errorbar(
+        [batch_size for batch_size, _ in points],
+        medians,
+        yerr=[below, above],
+        marker="o",
+        capsize=3,
+        label=label,
+    )
+
+
+def _noise_at_target(noise):
+    """The median over the optimizers of ``B_simple`` at the target, and the lowest low and
+    highest high of their intervals; None when none was measured."""
+    values = [item.at_target for item in noise if item.at_target]
+    if not values:
+        return None
+    return (
+        statistics.median(value[3] for value in values),
+        min(value[4] for value in values),
+        max(value[5] for value in values),
+    )
+
+
+def plot_steps(config, cells, fits, noise, path):
+    """Median steps to the primary target against batch size (seed ranges as error bars),
+    per optimizer, with the fits, perfect scaling from the fewest median steps at the
+    smallest batch reached, and ``B_simple`` at the target."""
+    target = config.primary_target
+    figure = Figure(figsize=(7.2, 5.0))
+    axes = figure.add_subplot()
+    reached = []
+    top = 4 * max(config.step_budget(size) for size in config.batch_sizes)
+    for name in config.optimizers:
+        points = _series(cells, name, lambda result: result.steps[target])
+        if not points:
+            continue
+        reached += points
+        line = _error_bars(axes, points, OPTIMIZERS[name].label, top)
+        fit = fits.get(name)
+        if fit is not None and fit.critical_batch_size < math.inf:
+            sizes = [size for size in config.batch_sizes]
+            axes.plot(
+                sizes,
+                [fit.minimum_steps * (1 + fit.critical_batch_size / size) for size in sizes],
+                color=line[0].get_color(),
+                linestyle=":",
+                linewidth=1,
+            )
+    if reached:
+        smallest = min(batch_size for batch_size, _ in reached)
+        steps = min(spread.median for batch_size, spread in reached if batch_size == smallest)
+        sizes = [size for size in config.batch_sizes if size >= smallest]
+        axes.plot(
+            sizes,
+            measures.perfect_scaling(sizes, smallest, steps),
+            color="black",
+            linestyle="--",
+            label="perfect scaling",
+        )
+    measured = _noise_at_target(noise)
+    if measured is not None and measured[0] > 0 and math.isfinite(measured[0]):
+        axes.axvline(measured[0], color="gray", linestyle="-.", label=f"B_simple {measured[0]:.0f}")
+        if measured[1] > 0 and math.isfinite(measured[2]):
+            axes.axvspan(measured[1], measured[2], color="gray", alpha=0.15)
+    axes.set_yscale("log")
+    _batch_axis(axes, config.batch_sizes)
+    axes.set_ylabel(f"steps to validation accuracy {target:g}")
+    axes.grid(True, which="both", alpha=0.3)
+    axes.legend(fontsize="small")
+    figure.tight_layout()
+    _save(figure, path)
+
+
+def plot_accuracy(config, cells, path):
+    """Median test accuracy at the end of the budget (seed ranges as error bars) against
+    batch size, per optimizer."""
+    figure = Figure(figsize=(7.2, 4.6))
+    axes = figure.add_subplot()
+    for name in config.optimizers:
+        points = _series(cells, name, lambda result: result.test_accuracy)
+        if points:
+            _error_bars(axes, points, OPTIMIZERS[name].label, top=1.0)
+    _batch_axis(axes, config.batch_sizes)
+    axes.set_ylabel("test accuracy at the end of the budget")
+    axes.grid(True, alpha=0.3)
+    axes.legend(fontsize="small")
+    figure.tight_layout()
+    _save(figure, path)
+
+
+def plot_noise(config, noise, fits, path):
+    """``B_simple`` (95% intervals) against the training loss along each optimizer's run at
+    the smallest batch, the target's point ringed, and each fitted ``B_crit`` as a line."""
+    figure = Figure(figsize=(7.2, 4.6))
+    axes = figure.add_subplot()
+    for item in noise:
+        points = [p for p in item.points if p[3] > 0 and math.isfinite(p[3])]
+        if not points:
+            continue
+        losses = [p[1] for p in points]
+        values = [p[3] for p in points]
+        below = [max(p[3] - p[4], 0) if math.isfinite(p[4]) else 0 for p in points]
+        above = [max(p[5] - p[3], 0) if math.isfinite(p[5]) else 0 for p in points]
+        line = axes.errorbar(
+            losses,
+            values,
+            yerr=[below, above],
+            marker="o",
+            linestyle="none",
+            capsize=3,
+            label=f"B_simple, {OPTIMIZERS[item.optimizer].label}",
+        )
+        if item.at_target and item.at_target[3] > 0:
+            axes.plot(
+                item.at_target[1],
+                item.at_target[3],
+                marker="o",
+                markersize=12,
+                fillstyle="none",
+                color=line[0].get_color(),
+            )
+        fit = fits.get(item.optimizer)
+        if fit is not None and 0 < fit.critical_batch_size < math.inf:
+            axes.axhline(
+                fit.critical_batch_size,
+                color=line[0].get_color(),
+                linestyle=":",
+                label=f"B_crit, {OPTIMIZERS[item.optimizer].label}",
+            )
+    axes.set_yscale("log")
+    axes.invert_xaxis()
+    axes.set_xlabel(
+        f"training loss along the best run at batch {config.batch_sizes[0]} "
+        f"(ringed: first at {config.primary_target:g})"
+    )
+    axes.set_ylabel("examples")
+    axes.grid(True, which="both", alpha=0.3)
+    if axes.get_legend_handles_labels()[0]:
+        axes.legend(fontsize="small")
+    figure.tight_layout()
+    _save(figure, path)

@@ -1,0 +1,146 @@
+"""The analysis against values worked out by hand or by SciPy: seed spreads, the fit of
+S(B) = S_min (1 + B_crit / B) and its bootstrap interval, and the claim's criteria."""
+
+import math
+
+import numpy as np
+import pytest
+from scipy.optimize import least_squares
+
+from keras_largebatch.study import analysis
+from keras_largebatch.study import config as config_lib
+
+
+def test_a_spread_counts_a_seed_that_missed_the_target_as_infinite():
+    assert analysis.spread([300, None, 200]) == (300.0, 200.0, math.inf, (300.0, math.inf, 200.0))
+    assert analysis.spread([None, None, 200]).median == math.inf
+    assert analysis.spread([]) is None
+
+
+def test_the_fit_recovers_a_curve_of_the_model():
+    batch_sizes = [64, 256, 1024, 4096]
+    steps = [100 * (1 + 1000 / size) for size in batch_sizes]
+    assert analysis.fit_critical_batch(batch_sizes, steps) == pytest.approx((100, 1000))
+
+
+def test_the_fit_minimizes_the_relative_residuals_as_scipy_does():
+    batch_sizes = np.array([64, 128, 256, 512, 1024, 2048])
+    steps = np.array([1640, 819, 410, 381, 203, 190])
+
+    def relative_residuals(parameters):
+        minimum, critical = parameters
+        return (steps - minimum * (1 + critical / batch_sizes)) / steps
+
+    expected = least_squares(relative_residuals, x0=[100, 500]).x
+    assert analysis.fit_critical_batch(batch_sizes, steps) == pytest.approx(expected, rel=1e-4)
+
+
+def test_perfect_scaling_has_no_critical_batch_size():
+    assert analysis.fit_critical_batch([64, 128, 256], [400, 200, 100])[1] == math.inf
+    # Steps growing with the batch: a negative slope, B_crit 0.
+    assert analysis.fit_critical_batch([64, 128, 256], [100, 110, 120])[1] == 0.0
+
+
+def cell(steps, accuracy=(0.9, 0.9, 0.9), target=0.87):
+    return analysis.CellResult(
+        progress=None,
+        trials=16,
+        diverged=0,
+        search_steps={target: min(s or math.inf for s in steps)},
+        steps={target: analysis.spread(steps)},
+        validation_accuracy=analysis.spread(accuracy),
+        test_accuracy=analysis.spread(accuracy),
+    )
+
+
+BATCH_SIZES = [64, 256, 1024, 2048, 4096]
+
+
+def model(minimum, critical):
+    return {size: minimum * (1 + critical / size) for size in BATCH_SIZES}
+
+
+def cells_of(curves, spread=0.05):
+    """Cells whose three seeds lie at the curve's value times 1 - spread, 1, 1 + spread."""
+    return {
+        (name, size): cell([steps * (1 - spread), steps, steps * (1 + spread)])
+        for name, curve in curves.items()
+        for size, steps in curve.items()
+    }
+
+
+def test_the_bootstrap_interval_brackets_the_fit_and_shrinks_with_the_seed_spread():
+    fits = {}
+    for spread in (0.0, 0.05, 0.2):
+        cells = cells_of({"lamb": model(100, 1000)}, spread)
+        fits[spread] = analysis.fit_optimizer(cells, "lamb", 0.87, samples=500)
+    assert fits[0.0].critical_batch_size == pytest.approx(1000)
+    assert fits[0.0].low == pytest.approx(1000) and fits[0.0].high == pytest.approx(1000)
+    for spread in (0.05, 0.2):
+        fit = fits[spread]
+        assert fit.low < 1000 < fit.high and fit.batch_sizes == tuple(BATCH_SIZES)
+    assert fits[0.2].high - fits[0.2].low > fits[0.05].high - fits[0.05].low
+    # Fewer than two batch sizes reaching the target: no fit.
+    one = {("lamb", 64): cell([100, 100, 100]), ("lamb", 256): cell([None, None, 90])}
+    assert analysis.fit_optimizer(one, "lamb", 0.87, samples=10) is None
+
+
+def verdict_of(curves, spread=0.05, accuracy=None):
+    config = config_lib.preset("full", optimizers=["adamw", "lamb"], batch_sizes=BATCH_SIZES)
+    cells = cells_of(curves, spread)
+    for key, value in (accuracy or {}).items():
+        cells[key] = cells[key]._replace(test_accuracy=analysis.spread(value))
+    fits = {name: analysis.fit_optimizer(cells, name, 0.87, samples=300) for name in curves}
+    (item,) = analysis.verdicts(cells, fits, config)
+    return item
+
+
+def test_the_claim_is_confirmed_by_fewer_steps_at_large_batch_and_a_larger_critical_batch():
+    # LAMB: S_min 20 and B_crit 4000 against AdamW's 100 and 500: slower at batch 64 (1270
+    # steps against 881), 0.66x the steps at 1024 and 0.35x at 4096.
+    item = verdict_of({"lamb": model(20, 4000), "adamw": model(100, 500)})
+    assert item.confirming_batch_sizes == [1024, 2048, 4096]
+    assert item.critical_above and item.confirmed and not item.refuted
+
+
+def test_faster_at_one_large_batch_only_does_not_confirm():
+    lamb = model(100, 500)
+    lamb[4096] *= 0.5
+    item = verdict_of({"lamb": lamb, "adamw": model(100, 500)}, spread=0.01)
+    assert item.confirming_batch_sizes == [4096] and not item.confirmed and not item.refuted
+
+
+def test_overlapping_seed_ranges_do_not_count():
+    # 0.75x the steps, but seeds spread +-25%: the ranges overlap.
+    lamb = {size: 0.75 * steps for size, steps in model(100, 500).items()}
+    item = verdict_of({"lamb": lamb, "adamw": model(100, 500)}, spread=0.25)
+    assert item.confirming_batch_sizes == [] and not item.confirmed
+
+
+def test_the_claim_is_refuted_when_the_generic_optimizer_is_as_fast_and_as_accurate():
+    lamb = {size: 0.95 * steps for size, steps in model(100, 500).items()}  # 1.05x faster
+    item = verdict_of({"lamb": lamb, "adamw": model(100, 500)})
+    assert item.refuted and not item.confirmed and item.compared_batch_sizes == BATCH_SIZES
+    # 1.2x faster at one batch size: not refuted (nor confirmed).
+    lamb[2048] = model(100, 500)[2048] / 1.2
+    assert not verdict_of({"lamb": lamb, "adamw": model(100, 500)}).refuted
+    # As fast, but more accurate than every AdamW seed at one batch size: not refuted.
+    accuracy = {("lamb", 4096): (0.93, 0.93, 0.93), ("adamw", 4096): (0.90, 0.91, 0.92)}
+    item = verdict_of({"lamb": model(100, 500), "adamw": model(100, 500)}, accuracy=accuracy)
+    assert not item.refuted
+
+
+def test_a_baseline_that_misses_the_target_at_large_batch_counts_as_slower():
+    adamw = {size: (steps if size < 1024 else None) for size, steps in model(100, 500).items()}
+    cells = cells_of({"lamb": model(100, 500)})
+    for size, steps in adamw.items():
+        cells[("adamw", size)] = cell([steps] * 3 if steps else [None] * 3)
+    config = config_lib.preset("full", optimizers=["adamw", "lamb"], batch_sizes=BATCH_SIZES)
+    fits = {"lamb": analysis.fit_optimizer(cells, "lamb", 0.87, samples=100)}
+    fits["adamw"] = analysis.fit_optimizer(cells, "adamw", 0.87, samples=100)
+    (item,) = analysis.verdicts(cells, {k: v for k, v in fits.items() if v}, config)
+    assert item.confirming_batch_sizes == [1024, 2048, 4096] and not item.refuted
+    # AdamW still reaches the target at 64 and 256: it has a fit, and B_crit decides.
+    assert fits["adamw"] is not None and item.critical_above == (
+        fits["lamb"].low > fits["adamw"].high
+    )
