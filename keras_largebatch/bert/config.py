@@ -149,6 +149,20 @@ class OptimizerConfig:
         default_factory=lambda: list(BERT_EXCLUSIONS)
     )  # regexes for LAMB's trust ratio (ratio 1)
 
+    def validate(self):
+        """Raises ValueError for a value out of range (the run's config checks the name
+        against the optimizers its recipe builds)."""
+        _checks.check_number("optimizer.weight_decay", self.weight_decay, low=0)
+        for name in ("beta_1", "beta_2"):
+            _checks.check_number(
+                f"optimizer.{name}", getattr(self, name), low=0.0, high=1.0, high_open=True
+            )
+        _checks.check_number("optimizer.epsilon", self.epsilon, low=0)
+        if self.global_clipnorm is not None:
+            _checks.check_number(
+                "optimizer.global_clipnorm", self.global_clipnorm, low=0, low_open=True
+            )
+
 
 @dataclasses.dataclass
 class DataConfig:
@@ -202,17 +216,7 @@ class PretrainConfig(training_config.RunConfig):
         _checks.check_integer("data.dupe_factor", self.data.dupe_factor, low=1)
         _checks.check_integer("data.shuffle_buffer_size", self.data.shuffle_buffer_size, low=1)
         _checks.check_integer("data.cycle_length", self.data.cycle_length, low=1)
-        optimizer = self.optimizer
-        _checks.check_number("optimizer.weight_decay", optimizer.weight_decay, low=0)
-        for name in ("beta_1", "beta_2"):
-            _checks.check_number(
-                f"optimizer.{name}", getattr(optimizer, name), low=0.0, high=1.0, high_open=True
-            )
-        _checks.check_number("optimizer.epsilon", optimizer.epsilon, low=0)
-        if optimizer.global_clipnorm is not None:
-            _checks.check_number(
-                "optimizer.global_clipnorm", optimizer.global_clipnorm, low=0, low_open=True
-            )
+        self.optimizer.validate()
         for index, phase in enumerate(self.phases):
             if phase.input_files is None and "://" in str(self.output_dir):
                 # The default corpus's corpus, vocabulary and manifest are written with local

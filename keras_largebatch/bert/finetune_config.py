@@ -31,7 +31,7 @@ import dataclasses
 from typing import Optional
 
 from keras_largebatch import _checks
-from keras_largebatch.bert.config import BERT_EXCLUSIONS
+from keras_largebatch.bert import config as bert_config
 from keras_largebatch.bert.default_task import DEFAULT_NUM_DEV, DEFAULT_NUM_TRAIN
 from keras_largebatch.bert.glue import TASK_NAMES
 from keras_largebatch.training import config as training_config
@@ -92,22 +92,12 @@ class PhaseConfig(training_config.PhaseConfig):
 
 
 @dataclasses.dataclass
-class OptimizerConfig:
-    """The optimizer of every phase (each phase gets a fresh one)."""
+class OptimizerConfig(bert_config.OptimizerConfig):
+    """The optimizer of every phase (each phase gets a fresh one): pretraining's settings and
+    exclusions (LayerNorm parameters and biases, BERT's), with AdamW first."""
 
     name: str = "adamw"  # adamw (keras.optimizers.AdamW, BERT's) or lamb (keras_largebatch.LAMB,
     # for large-batch fine-tuning)
-    weight_decay: float = 0.01  # decoupled weight decay (BERT's 0.01)
-    beta_1: float = 0.9  # first-moment decay
-    beta_2: float = 0.999  # second-moment decay
-    epsilon: float = 1.0e-6  # added to sqrt(v_hat) (BERT's 1e-6)
-    global_clipnorm: Optional[float] = 1.0  # clip the global-batch gradient norm; null: off
-    exclude_from_weight_decay: list[str] = dataclasses.field(
-        default_factory=lambda: list(BERT_EXCLUSIONS)
-    )  # regexes searched in variable paths: LayerNorm and biases (BERT's)
-    exclude_from_layer_adaptation: list[str] = dataclasses.field(
-        default_factory=lambda: list(BERT_EXCLUSIONS)
-    )  # regexes for LAMB's trust ratio (ratio 1)
 
 
 @dataclasses.dataclass
@@ -189,17 +179,7 @@ class FinetuneConfig(training_config.RunConfig):
                     f"data.{name} must be even (the word_order task holds each sentence and "
                     f"its corrupted copy), got {value}"
                 )
-        optimizer = self.optimizer
-        _checks.check_number("optimizer.weight_decay", optimizer.weight_decay, low=0)
-        for name in ("beta_1", "beta_2"):
-            _checks.check_number(
-                f"optimizer.{name}", getattr(optimizer, name), low=0.0, high=1.0, high_open=True
-            )
-        _checks.check_number("optimizer.epsilon", optimizer.epsilon, low=0)
-        if optimizer.global_clipnorm is not None:
-            _checks.check_number(
-                "optimizer.global_clipnorm", optimizer.global_clipnorm, low=0, low_open=True
-            )
+        self.optimizer.validate()
         return self
 
     def check_accumulation(self, key, phase, accumulation_steps):

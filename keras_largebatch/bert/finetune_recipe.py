@@ -25,8 +25,8 @@ import tensorflow as tf
 
 from keras_largebatch import _extras, input_order
 from keras_largebatch.bert import glue, glue_metrics
+from keras_largebatch.bert import recipe as pretraining_recipe
 from keras_largebatch.schedules import WarmupPolynomialDecay
-from keras_largebatch.training.optimizer_factory import create_optimizer
 from keras_largebatch.training.recipe import Recipe
 
 try:
@@ -239,20 +239,7 @@ class GlueFineTuning(Recipe):
             end_learning_rate=settings.end_learning_rate,
             power=settings.power,
         )
-        return create_optimizer(
-            optimizer.name,
-            schedule,
-            weight_decay=optimizer.weight_decay,
-            exclude_from_weight_decay=list(optimizer.exclude_from_weight_decay),
-            exclude_from_layer_adaptation=list(optimizer.exclude_from_layer_adaptation),
-            variables=model.trainable_variables,
-            gradient_accumulation_steps=phase.gradient_accumulation_steps,
-            record_trust_ratio=True,
-            beta_1=optimizer.beta_1,
-            beta_2=optimizer.beta_2,
-            epsilon=optimizer.epsilon,
-            global_clipnorm=optimizer.global_clipnorm,
-        )
+        return pretraining_recipe.optimizer_with_schedule(optimizer, schedule, phase, model)
 
     def compile_arguments(self, phase):
         if self.is_regression:

@@ -132,6 +132,13 @@ def build_optimizer(optimizer_config, phase, model):
         end_learning_rate=settings.end_learning_rate,
         power=settings.power,
     )
+    return optimizer_with_schedule(optimizer_config, schedule, phase, model)
+
+
+def optimizer_with_schedule(optimizer_config, schedule, phase, model):
+    """The optimizer that ``optimizer_config`` (a `config.OptimizerConfig`) names, following
+    ``schedule``, for one phase of ``model``: its weight-decay and trust-ratio exclusions,
+    accumulation and clipping; it records trust ratios. Pretraining and fine-tuning share it."""
     return create_optimizer(
         optimizer_config.name,
         schedule,
