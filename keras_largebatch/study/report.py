@@ -71,9 +71,11 @@ def _flags(result):
     return "; ".join(flags)
 
 
-def _verdict_line(item, fits):
+def _verdict_line(item, fits, decided=True):
     label, baseline = OPTIMIZERS[item.layerwise].label, OPTIMIZERS[item.baseline].label
     state = "confirmed" if item.confirmed else "refuted" if item.refuted else "neither"
+    if not decided:
+        state = "not decided yet"
     parts = []
     for name in (item.layerwise, item.baseline):
         fit = fits.get(name)
@@ -98,8 +100,19 @@ def markdown(config, cells, incomplete, fits, noise, verdicts, link_prefix=""):
         "#### Which criteria held",
         "",
     ]
-    lines += [_verdict_line(item, fits) for item in verdicts] or ["- No pair was studied."]
-    if verdicts:
+    lines += [_verdict_line(item, fits, decided=not incomplete) for item in verdicts] or [
+        "- No pair was studied."
+    ]
+    if verdicts and incomplete:
+        # The criteria are stated over every batch size: a verdict on part of them would be
+        # one the finished study may overturn.
+        total = len(cells) + len(incomplete)
+        lines += [
+            "",
+            f"**The claim is not decided yet**: {len(cells)} of {total} cells are complete, and "
+            "the criteria are judged when all are.",
+        ]
+    elif verdicts:
         if any(item.confirmed for item in verdicts):
             overall = "confirmed"
         elif all(item.refuted for item in verdicts):

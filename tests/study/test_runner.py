@@ -205,3 +205,25 @@ def test_the_command_names_the_bad_option_and_writes_nothing(tmp_path, capsys):
     assert command.main(["--report-only", "--output-dir", str(output_dir)]) == 2
     assert "holds no study.json" in capsys.readouterr().err
     assert not output_dir.exists()
+
+
+def test_a_partial_ledger_decides_nothing(tiny_study):
+    # The criteria are stated over every batch size, so a report of a study still running says
+    # how far it is and gives no verdict that the remaining cells could overturn.
+    config, _, _, outcome = tiny_study
+    rows = [row for row in outcome.rows if (row["optimizer"], row["batch_size"]) != ("lamb", 64)]
+    cells, incomplete = analysis.results(config, rows)
+    assert incomplete == [("lamb", 64)]
+    fits = {}
+    for name in config.optimizers:
+        fit = analysis.fit_optimizer(cells, name, config.primary_target, config.bootstrap_samples)
+        if fit is not None:
+            fits[name] = fit
+    verdicts = analysis.verdicts(cells, fits, config)
+    text = report.markdown(
+        config, cells, incomplete, fits, analysis.noise_scales(cells, config), verdicts
+    )
+    total = len(cells) + 1
+    assert f"**The claim is not decided yet**: {len(cells)} of {total} cells are complete" in text
+    assert "confirmed" not in text and "refuted" not in text
+    assert "Not complete yet (left out above and below): LAMB at 64." in text
