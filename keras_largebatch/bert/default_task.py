@@ -1,23 +1,23 @@
-"""The embedded default's fine-tuning task, ``word_order``: is a sentence in its real word order?
+"""The embedded default's fine-tuning task, ``next_sentence``: does B follow A in its text?
 
-Built offline from text that ships with Python, and from none that pretraining reads: the
+BERT's own next-sentence prediction (Devlin et al., arXiv 1810.04805, section 3.1) asked of
+text that pretraining never read. It is built offline from text that ships with Python: the
 sentences come from the docstrings of standard-library modules that the default pretraining
 corpus (`keras_largebatch.bert.corpus`) leaves out (its ``DOCSTRING_MODULES`` are read at their
 top level only, so their submodules are left out too), and a sentence that also appears in that
 corpus, compared case-insensitively, is dropped. A dev sentence has never been seen in
-pretraining.
+pretraining or in training.
 
-Each source sentence gives two examples, in the same split: itself (label 1) and a copy with
-its word order corrupted (label 0), either two words swapped or a span of one to three words
-moved, at least two positions away. The first and the last word stay in place, so the start and
-the final punctuation tell nothing. Both examples hold the same words, so no word's presence
-tells the label: any rule "label 1 if token w is present" is right on exactly one example of
-each pair. The classes are balanced, and every source sentence belongs to one split only.
+Each pair of consecutive sentences (A, B) of one docstring gives two examples: (A, B) with
+label 1, and (A, B') with label 0, where B' is the second sentence of another pair of the same
+split taken from another docstring. Every sentence that is some pair's B is also exactly one
+other pair's B', so each first sentence and each second sentence appears once in each class:
+no token, and no sentence, tells the label on its own; only how A and B relate does. The
+classes are balanced, and every docstring belongs to one split only.
 
-The files are CoLA's layout (`keras_largebatch.bert.glue`): no header, and the columns source
-(the module the sentence comes from), label, original label (``*`` for a corrupted sentence, as
-CoLA marks an unacceptable one) and sentence. Like the corpus, the task is a pure function of
-the arguments and the Python version.
+The files take WNLI's layout (`keras_largebatch.bert.glue`) with a source column: the header
+``index, source, sentence1, sentence2, label``, the source being the module the pair comes from.
+Like the corpus, the task is a pure function of the arguments and the Python version.
 """
 
 import ast
@@ -93,92 +93,114 @@ SOURCE_MODULES = (
     "xml.dom.minidom",
     "sysconfig",
 )
-TASK_NAME = "word_order"
-# 2,500 source sentences of the about 3,500 that CPython 3.11 offers.
-DEFAULT_NUM_TRAIN = 4000
+TASK_NAME = "next_sentence"
+# 1,500 of the 1,706 pairs of consecutive sentences that CPython 3.11 offers: 500 for dev,
+# 1,000 for train.
+DEFAULT_NUM_TRAIN = 2000
 DEFAULT_NUM_DEV = 1000
 DEFAULT_SEED = 12345
 MIN_SENTENCE_WORDS = 6
 MAX_SENTENCE_WORDS = 40
-# The longest span a corruption moves, and the least distance it moves a word.
-MAX_MOVED_SPAN = 3
-MIN_DISPLACEMENT = 2
-_CORRUPTION_ATTEMPTS = 100
+HEADER = ("index", "source", "sentence1", "sentence2", "label")
 _FILES = ("train.tsv", "dev.tsv")
 
 
-def source_sentences():
-    """The candidate sentences, in module order: a list of ``(module name, sentence)``.
+def source_documents():
+    """The candidate pairs, by docstring, in module order: a list of ``(module name, pairs)``
+    with ``pairs`` the docstring's ``(A, B)`` of consecutive sentences, for docstrings with at
+    least one.
 
-    Prose sentences (the corpus's own filter) of `MIN_SENTENCE_WORDS` to `MAX_SENTENCE_WORDS`
-    words that end in ``.``, ``?`` or ``!``, with runs of whitespace made single spaces,
-    excluding those that start with a docstring section's name (``Raises:``), those that appear
-    in the pretraining corpus, and repeats (both compared case-insensitively).
+    Sentences are prose sentences (the corpus's own filter) with runs of whitespace made single
+    spaces. A candidate has `MIN_SENTENCE_WORDS` to `MAX_SENTENCE_WORDS` words, ends in ``.``,
+    ``?`` or ``!``, does not start with a docstring section's name (``Raises:``), is not in the
+    pretraining corpus and is not a repeat (both compared case-insensitively). A pair is two
+    candidates that are consecutive in the docstring, nothing left out between them.
     """
     seen = {
         _sentence_key(sentence)
         for document in corpus.default_corpus_documents()
         for sentence in document
     }
-    sentences = []
+    documents = []
     for module_name in SOURCE_MODULES:
         for docstring in _module_docstrings(module_name):
+            candidates = []
             for sentence in corpus._prose_sentences(docstring):
                 sentence = " ".join(sentence.split())
                 key = _sentence_key(sentence)
                 if _is_candidate(sentence) and key not in seen:
                     seen.add(key)
-                    sentences.append((module_name, sentence))
-    return sentences
+                    candidates.append(sentence)
+                else:
+                    candidates.append(None)
+            pairs = [
+                (first, second)
+                for first, second in zip(candidates, candidates[1:])
+                if first is not None and second is not None
+            ]
+            if pairs:
+                documents.append((module_name, pairs))
+    return documents
 
 
 def build_default_task(num_train=DEFAULT_NUM_TRAIN, num_dev=DEFAULT_NUM_DEV, seed=DEFAULT_SEED):
     """Builds the task's examples without writing them.
 
     Args:
-        num_train: examples in the train split, an even number (half of each class).
-        num_dev: examples in the dev split, an even number.
-        seed: the seed of the choice of sentences, of their corruptions and of the order.
+        num_train: examples in the train split, an even number from 4 (half of each class).
+        num_dev: examples in the dev split, an even number from 4.
+        seed: the seed of the choice of docstrings, of the negatives and of the order.
 
     Returns:
-        ``{"train": rows, "dev": rows}``, each row ``(module name, label, sentence)`` with label
-        1 for a real sentence and 0 for its corrupted copy.
+        ``{"train": rows, "dev": rows}``, each row ``(module name, sentence A, sentence B,
+        label)`` with label 1 when B follows A in its docstring and 0 when B comes from
+        another docstring.
 
     Raises:
         TypeError, ValueError: arguments of the wrong type or range, or more examples than
-            the sentences give.
+            the docstrings give.
     """
     _check_sizes(num_train, num_dev, seed)
-    sentences = source_sentences()
+    documents = source_documents()
     rng = random.Random(seed)
-    rng.shuffle(sentences)
-    real = {_sentence_key(sentence) for _, sentence in sentences}
+    rng.shuffle(documents)
+    available = 2 * sum(len(pairs) for _, pairs in documents)
     wanted = {"dev": num_dev // 2, "train": num_train // 2}
-    splits = {"dev": [], "train": []}
-    sentence_iterator = iter(sentences)
-    # Dev first, so that its sentences do not depend on num_train.
+    # Dev first, so that its pairs do not depend on num_train.
+    splits = {}
+    remaining = iter(enumerate(documents))
     for split, num_pairs in wanted.items():
-        while len(splits[split]) < 2 * num_pairs:
-            source = next(sentence_iterator, None)
-            if source is None:
+        chosen = []  # (docstring index, module name, A, B)
+        while len(chosen) < num_pairs:
+            item = next(remaining, None)
+            if item is None:
                 raise ValueError(
-                    f"num_train + num_dev must be at most {2 * len(sentences)} (this Python's "
-                    f"standard library gives {len(sentences)} sentences, each one example of "
-                    f"each class), got {num_train} + {num_dev}"
+                    f"num_train + num_dev must be at most about {available}: this Python's "
+                    f"standard library gives {available // 2} pairs of consecutive sentences, "
+                    f"each one example of each class, and a docstring's pairs stay in one "
+                    f"split; got {num_train} + {num_dev}"
                 )
-            module_name, sentence = source
-            corrupted = _corrupted(sentence, rng, real)
-            if corrupted is not None:
-                splits[split] += [(module_name, 1, sentence), (module_name, 0, corrupted)]
-    for rows in splits.values():
-        random.Random(seed).shuffle(rows)
+            index, (module_name, pairs) = item
+            # At most half of a split's pairs from one docstring, so that every pair can take
+            # its negative from another one (`_other_docstring_permutation`).
+            chosen += [
+                (index, module_name, first, second) for first, second in pairs[: num_pairs // 2]
+            ]
+        # A docstring's pairs are not split between splits; the extra ones are left out.
+        chosen = chosen[:num_pairs]
+        negatives = _other_docstring_permutation([index for index, *_ in chosen], rng)
+        rows = []
+        for (_, module_name, first, second), other in zip(chosen, negatives):
+            rows += [(module_name, first, second, 1), (module_name, first, chosen[other][3], 0)]
+        rng.shuffle(rows)
+        splits[split] = rows
     return {"train": splits["train"], "dev": splits["dev"]}
 
 
 def write_default_task(
     output_dir, num_train=DEFAULT_NUM_TRAIN, num_dev=DEFAULT_NUM_DEV, seed=DEFAULT_SEED
 ):
-    """Writes ``output_dir/train.tsv`` and ``output_dir/dev.tsv`` of task ``word_order``.
+    """Writes ``output_dir/train.tsv`` and ``output_dir/dev.tsv`` of task ``next_sentence``.
 
     Written atomically: both files go into a sibling temporary directory, renamed to
     ``output_dir`` once complete. If ``output_dir`` already holds exactly the files these
@@ -187,9 +209,9 @@ def write_default_task(
     Args:
         output_dir: the task's directory (`glue.read_task` reads it as ``data.glue_dir``); its
             parent is created if needed. It must not exist, be empty, or hold this very task.
-        num_train: examples in the train split, an even number (half of each class).
-        num_dev: examples in the dev split, an even number.
-        seed: the seed of the choice of sentences, of their corruptions and of the order.
+        num_train: examples in the train split, an even number from 4 (half of each class).
+        num_dev: examples in the dev split, an even number from 4.
+        seed: the seed of the choice of docstrings, of the negatives and of the order.
 
     Returns:
         ``output_dir``, as a string.
@@ -230,10 +252,11 @@ def write_default_task(
 
 def _check_sizes(num_train, num_dev, seed):
     for name, value in (("num_train", num_train), ("num_dev", num_dev)):
-        _checks.check_integer(name, value, low=2)
+        # Two pairs at least, from two docstrings, to take each other's second sentence.
+        _checks.check_integer(name, value, low=4)
         if value % 2:
             raise ValueError(
-                f"{name} must be even (one real and one corrupted copy of each sentence), "
+                f"{name} must be even (each pair of sentences gives one example of each class), "
                 f"got {value}"
             )
     _checks.check_integer("seed", seed)
@@ -269,11 +292,11 @@ def _read_text(path):
 
 
 def _tsv_text(rows):
-    """CoLA's layout: source, label, original label (``*`` when corrupted), sentence."""
-    return "".join(
-        f"{module_name}\t{label}\t{'' if label else '*'}\t{sentence}\n"
-        for module_name, label, sentence in rows
-    )
+    """WNLI's layout with a source column: a header, then index, source, A, B, label."""
+    lines = ["\t".join(HEADER) + "\n"]
+    for index, (module_name, first, second, label) in enumerate(rows):
+        lines.append(f"{index}\t{module_name}\t{first}\t{second}\t{label}\n")
+    return "".join(lines)
 
 
 def _sentence_key(sentence):
@@ -289,43 +312,32 @@ def _is_candidate(sentence):
     )
 
 
-def _corrupted(sentence, rng, real):
-    """The sentence with two words swapped or a short span moved, or None if no draw gives a
-    word order that differs from the sentence and from every real one (``real``: their keys)."""
-    words = sentence.split()
-    for _ in range(_CORRUPTION_ATTEMPTS):
-        if rng.random() < 0.5:
-            candidate = _swap_two_words(words, rng)
-        else:
-            candidate = _move_span(words, rng)
-        corrupted = " ".join(candidate)
-        if candidate != words and _sentence_key(corrupted) not in real:
-            return corrupted
-    return None
+def _other_docstring_permutation(docstrings, rng):
+    """A permutation ``p`` of ``range(len(docstrings))`` with ``docstrings[p[i]] !=
+    docstrings[i]`` for every ``i``: pair ``i``'s negative takes pair ``p[i]``'s B.
 
-
-def _swap_two_words(words, rng):
-    """Swaps two words of the interior (not the first or last) at least two positions apart."""
-    first, second = sorted(rng.sample(range(1, len(words) - 1), 2))
-    if second - first < MIN_DISPLACEMENT:
-        return words
-    swapped = list(words)
-    swapped[first], swapped[second] = words[second], words[first]
-    return swapped
-
-
-def _move_span(words, rng):
-    """Moves a span of 1 to `MAX_MOVED_SPAN` interior words at least two positions away."""
-    interior = len(words) - 2
-    length = rng.randint(1, min(MAX_MOVED_SPAN, interior - MIN_DISPLACEMENT))
-    start = rng.randint(1, interior - length + 1)
-    span = words[start : start + length]
-    rest = words[:start] + words[start + length :]
-    # Inserting before rest[position] keeps the first and the last word where they are.
-    position = rng.randint(1, len(rest) - 1)
-    if abs(position - start) < MIN_DISPLACEMENT:
-        return words
-    return rest[:position] + span + rest[position:]
+    Drawn at random, then each position whose draw falls in its own docstring ``c`` swaps with
+    a position ``o`` outside ``c`` whose draw is outside ``c`` too. Such an ``o`` exists when
+    no docstring holds more than half the positions: of the ``n - n_c >= n_c`` positions
+    outside ``c``, at most ``n_c - 1`` hold a draw from ``c``. The swap fixes the position and
+    breaks none.
+    """
+    size = len(docstrings)
+    permutation = list(range(size))
+    rng.shuffle(permutation)
+    for position in range(size):
+        own = docstrings[position]
+        if docstrings[permutation[position]] != own:
+            continue
+        other = rng.choice(
+            [
+                other
+                for other in range(size)
+                if docstrings[other] != own and docstrings[permutation[other]] != own
+            ]
+        )
+        permutation[position], permutation[other] = permutation[other], permutation[position]
+    return permutation
 
 
 def _module_docstrings(module_name):

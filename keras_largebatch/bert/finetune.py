@@ -17,7 +17,7 @@ With no arguments (``model.preset`` null) this is the embedded default, which sa
 pretraining helped: it takes the default tiny pretraining run (``runs/bert_tiny_lamb``, which
 ``keras_largebatch.bert.pretrain`` writes; run first with its defaults if it has no summary),
 exports it as a preset into this run's own ``OUTPUT_DIR/preset``, writes the default
-``word_order`` task (`keras_largebatch.bert.default_task`) to ``OUTPUT_DIR/data``, and
+``next_sentence`` task (`keras_largebatch.bert.default_task`) to ``OUTPUT_DIR/data``, and
 fine-tunes twice with the same data, steps and seeds: from the pretrained backbone
 (``OUTPUT_DIR/pretrained``) and from a random initialization of the same architecture
 (``OUTPUT_DIR/random_init``). It prints both dev scores side by side and writes them to
@@ -26,6 +26,7 @@ stdout.
 """
 
 import json
+import math
 import os
 import shutil
 import sys
@@ -99,7 +100,8 @@ def run_embedded_default(config, pretrain_config=None, callbacks=(), log=None):
     Returns:
         The comparison, also written to ``OUTPUT_DIR/comparison.json``: ``task``, ``metric``
         (the task's main metric on its first dev split), ``pretrained`` and ``random_init``
-        (each ``best``, ``best_step``, ``final``, ``run_dir``), ``steps``, ``preset``,
+        (each ``best``, ``best_step``, ``final``, ``run_dir``, and for an accuracy
+        ``final_interval_95``), ``dev_examples`` (for an accuracy), ``steps``, ``preset``,
         ``pretraining_run``, ``pretraining_steps``, ``glue_dir``, ``wall_time_seconds``.
 
     Raises:
@@ -166,16 +168,27 @@ def run_embedded_default(config, pretrain_config=None, callbacks=(), log=None):
 def compare(summaries):
     """The dev scores of the embedded default's runs side by side, from their summaries
     (``{run name: summary}``): per run its ``best`` and ``final`` evaluation of the main
-    metric and the best's step."""
+    metric and the best's step. For an accuracy, ``final_interval_95`` is the half-width of
+    the 95% normal interval of the final accuracy over the dev examples,
+    1.96 sqrt(p (1 - p) / n): the best evaluation is chosen on the same examples, so it is the
+    optimistic figure and the final one the fair one."""
     first = next(iter(summaries.values()))
     metric = first["main_metric"]
     comparison = {"task": first["task"], "metric": metric, "steps": first["global_steps"]}
     for name, summary in summaries.items():
+        final = summary["evaluations"][-1][metric]
         comparison[name] = {
             "best": summary["best"][metric],
             "best_step": summary["best"]["global_step"],
-            "final": summary["evaluations"][-1][metric],
+            "final": final,
         }
+        split, _, base_metric = metric.rpartition("_")
+        if base_metric == "accuracy":
+            num_examples = summary["num_dev_examples"][split]
+            comparison[name]["final_interval_95"] = 1.96 * math.sqrt(
+                final * (1 - final) / num_examples
+            )
+            comparison["dev_examples"] = num_examples
     return comparison
 
 
@@ -188,7 +201,13 @@ def describe_comparison(comparison):
     labels = {"pretrained": "pretrained backbone", "random_init": "random initialization"}
     for name, _ in INITIALIZATIONS:
         scores = comparison[name]
-        lines.append(f"  {labels[name]:<22} {scores['best']:.4f} / {scores['final']:.4f}")
+        line = f"  {labels[name]:<22} {scores['best']:.4f} / {scores['final']:.4f}"
+        if "final_interval_95" in scores:
+            line += (
+                f" (final +/- {scores['final_interval_95']:.3f} at 95% over "
+                f"{comparison['dev_examples']} dev examples)"
+            )
+        lines.append(line)
     return lines
 
 

@@ -1,7 +1,7 @@
 """Configuration of a BERT fine-tuning run on a GLUE task: a `FinetuneConfig` of dataclasses.
 
 Every field has a default, so an empty config is the embedded default: the default tiny
-pretraining run exported to a preset, then fine-tuned on the default ``word_order`` task from
+pretraining run exported to a preset, then fine-tuned on the default ``next_sentence`` task from
 the pretrained backbone and from a random initialization of the same architecture
 (`keras_largebatch.bert.finetune`). With ``model.preset`` and ``data.glue_dir`` it is one run
 on a GLUE task:
@@ -37,7 +37,7 @@ from keras_largebatch.bert.glue import TASK_NAMES
 from keras_largebatch.training import config as training_config
 
 OPTIMIZER_NAMES = ("adamw", "lamb")
-DEFAULT_TASK = "word_order"
+DEFAULT_TASK = "next_sentence"
 
 
 @dataclasses.dataclass
@@ -104,16 +104,17 @@ class OptimizerConfig(bert_config.OptimizerConfig):
 class DataConfig:
     """The GLUE task and how its text is read."""
 
-    task: str = DEFAULT_TASK  # cola, sst2, mrpc, stsb, qqp, mnli, qnli, rte, wnli, word_order
+    task: str = DEFAULT_TASK  # cola, sst2, mrpc, stsb, qqp, mnli, qnli, rte, wnli,
+    # next_sentence
     glue_dir: Optional[str] = None  # the task's directory as the GLUE download lays it out
-    # (train.tsv, dev.tsv); null: the embedded default's word_order task, written for it
+    # (train.tsv, dev.tsv); null: the embedded default's next_sentence task, written for it
     sequence_length: Optional[int] = None  # tokens per example; null: the preset
     # preprocessor's (without one, the backbone's max_sequence_length)
     eval_batch_size: int = 64  # examples per prediction batch on the dev splits
     seed: int = 12345  # seed of the training order
     default_train_examples: int = DEFAULT_NUM_TRAIN  # train examples of the embedded default's
-    # word_order task (data.glue_dir null; an even number, half of each class)
-    default_dev_examples: int = DEFAULT_NUM_DEV  # its dev examples (an even number)
+    # next_sentence task (data.glue_dir null; an even number from 4, half of each class)
+    default_dev_examples: int = DEFAULT_NUM_DEV  # its dev examples (an even number from 4)
 
 
 @dataclasses.dataclass
@@ -123,8 +124,8 @@ class FinetuneConfig(training_config.RunConfig):
     output_dir: str = "runs/bert_tiny_finetune"  # run directory (the embedded default's: its
     # preset/, data/ and one run directory per initialization)
     log_interval: int = 25  # optimizer steps per progress line
-    checkpoint_interval: int = 125  # optimizer steps between checkpoints (an epoch of the
-    # default task)
+    checkpoint_interval: int = 50  # optimizer steps between checkpoints (the default task's
+    # epoch, 62 steps, rounded down to a multiple of log_interval)
     eval_interval: Optional[int] = None  # optimizer steps between dev evaluations (a multiple
     # of log_interval); null: an epoch, rounded down to a multiple of log_interval
     phases: list[PhaseConfig] = dataclasses.field(default_factory=lambda: [PhaseConfig()])
@@ -173,11 +174,11 @@ class FinetuneConfig(training_config.RunConfig):
         _checks.check_optional_integer("data.sequence_length", self.data.sequence_length, low=3)
         _checks.check_integer("data.eval_batch_size", self.data.eval_batch_size, low=1)
         for name in ("default_train_examples", "default_dev_examples"):
-            value = _checks.check_integer(f"data.{name}", getattr(self.data, name), low=2)
+            value = _checks.check_integer(f"data.{name}", getattr(self.data, name), low=4)
             if value % 2:
                 raise ValueError(
-                    f"data.{name} must be even (the word_order task holds each sentence and "
-                    f"its corrupted copy), got {value}"
+                    f"data.{name} must be even (each pair of sentences of the "
+                    f"{DEFAULT_TASK} task gives one example of each class), got {value}"
                 )
         self.optimizer.validate()
         return self

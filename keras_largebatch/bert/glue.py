@@ -1,7 +1,7 @@
 """GLUE tasks as the GLUE download lays them out: what each task is, and reading its TSV files.
 
 The nine tasks of Wang et al., "GLUE: A Multi-Task Benchmark and Analysis Platform for Natural
-Language Understanding" (arXiv 1804.07461), plus ``word_order``, the embedded default's task
+Language Understanding" (arXiv 1804.07461), plus ``next_sentence``, the embedded default's task
 (`keras_largebatch.bert.default_task`). One task's directory holds ``train.tsv`` and ``dev.tsv``
 (MNLI: ``dev_matched.tsv`` and ``dev_mismatched.tsv``), tab-separated, one example per line:
 
@@ -24,7 +24,8 @@ mnli        index, promptID, pairID, genre, four        gold_label: entailment, 
 qnli        index, question, sentence, label            entailment, not_entailment  accuracy
 rte         index, sentence1, sentence2, label          entailment, not_entailment  accuracy
 wnli        index, sentence1, sentence2, label          0, 1                        accuracy
-word_order  none, as cola                               0, 1                        accuracy
+next_       index, source, sentence1, sentence2, label  0, 1                        accuracy
+sentence
 ==========  ==========================================  ==========================  ==============
 
 Fields are separated by tabs and never quoted: GLUE's text holds quote characters that a CSV
@@ -49,7 +50,7 @@ from typing import Optional
 
 import numpy as np
 
-TASK_NAMES = ("cola", "sst2", "mrpc", "stsb", "qqp", "mnli", "qnli", "rte", "wnli", "word_order")
+TASK_NAMES = ("cola", "sst2", "mrpc", "stsb", "qqp", "mnli", "qnli", "rte", "wnli", "next_sentence")
 # STS-B's similarity scores (Cer et al., "SemEval-2017 Task 1", arXiv 1708.00055).
 STSB_SCORE_RANGE = (0.0, 5.0)
 TRAIN_SPLIT = "train"
@@ -171,17 +172,13 @@ _TASKS = {
         Task("wnli", 2, _BINARY, True, ("dev",), ("accuracy",), "accuracy"),
         _Layout(("index", "sentence1", "sentence2", "label"), ("sentence1", "sentence2"), "label"),
     ),
-    "word_order": (
-        Task(
-            "word_order",
-            2,
-            _BINARY,
-            False,
-            ("dev",),
-            ("accuracy", "matthews_correlation"),
-            "accuracy",
+    "next_sentence": (
+        Task("next_sentence", 2, _BINARY, True, ("dev",), ("accuracy", "f1"), "accuracy"),
+        _Layout(
+            ("index", "source", "sentence1", "sentence2", "label"),
+            ("sentence1", "sentence2"),
+            "label",
         ),
-        _Layout(_COLA_COLUMNS, ("sentence",), "label", has_header=False),
     ),
 }
 

@@ -361,7 +361,7 @@ def test_every_field_has_a_default_and_a_meaning():
         cls()
         assert_fields_documented(cls)
     config = finetune_config.load_config()
-    assert config.is_embedded_default() and config.data.task == "word_order"
+    assert config.is_embedded_default() and config.data.task == "next_sentence"
     assert (config.optimizer.name, config.optimizer.weight_decay) == ("adamw", 0.01)
     phase = config.phases[0]
     assert (phase.global_batch_size, phase.epochs, phase.warmup_proportion) == (32, 3.0, 0.1)
@@ -447,7 +447,7 @@ def test_the_embedded_default_compares_pretrained_and_random_init(tmp_path, monk
         "random_init",
     ]
     assert json.loads((root / "comparison.json").read_text()) == comparison
-    assert comparison["task"] == "word_order" and comparison["metric"] == "dev_accuracy"
+    assert comparison["task"] == "next_sentence" and comparison["metric"] == "dev_accuracy"
     assert comparison["steps"] == 4 and comparison["pretraining_steps"] == 4
     summaries = {
         name: json.loads((root / name / "summary.json").read_text())
@@ -458,13 +458,21 @@ def test_the_embedded_default_compares_pretrained_and_random_init(tmp_path, monk
         assert summary["random_init"] == (name == "random_init")
         assert comparison[name]["best"] == summary["best"]["dev_accuracy"]
         assert comparison[name]["best_step"] == summary["best"]["global_step"]
-        assert comparison[name]["final"] == summary["evaluations"][-1]["dev_accuracy"]
+        final = comparison[name]["final"]
+        assert final == summary["evaluations"][-1]["dev_accuracy"]
+        # The 95% normal interval of the final accuracy over the 16 dev examples.
+        assert comparison[name]["final_interval_95"] == pytest.approx(
+            1.96 * (final * (1 - final) / 16) ** 0.5
+        )
+    assert comparison["dev_examples"] == 16
     exported = keras_hub.models.BertBackbone.from_preset(str(root / "preset"))
     assert exported.num_layers == 1 and exported.hidden_dim == 16
     assert lines[-2].startswith("  pretrained backbone")
     assert lines[-1].startswith("  random initialization")
     assert f"{comparison['pretrained']['best']:.4f}" in lines[-2]
     assert f"{comparison['random_init']['best']:.4f}" in lines[-1]
+    interval = comparison["random_init"]["final_interval_95"]
+    assert lines[-1].endswith(f"(final +/- {interval:.3f} at 95% over 16 dev examples)")
     # A second call reports the completed runs and writes the same comparison.
     again = finetune_lib.run_embedded_default(config, pretrain_config, log=lines.append)
     assert {name: again[name] for name in ("pretrained", "random_init")} == {

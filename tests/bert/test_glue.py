@@ -175,15 +175,18 @@ FILES = {
         ),
         "dev": (("index", "sentence1", "sentence2", "label"), [("0", "A.", "B.", "0")]),
     },
-    "word_order": {
+    "next_sentence": {
         "train": (
-            None,
+            ("index", "source", "sentence1", "sentence2", "label"),
             [
-                ("email.message", "1", "", "Return the payload of the message."),
-                ("email.message", "0", "*", "Return the message of the payload."),
+                ("0", "email.message", "Return the payload.", "It is a list.", "1"),
+                ("1", "email.message", "Return the payload.", "Show the help text.", "0"),
             ],
         ),
-        "dev": (None, [("pydoc", "1", "", "Show the help text.")]),
+        "dev": (
+            ("index", "source", "sentence1", "sentence2", "label"),
+            [("0", "pydoc", "Show the help text.", "It pages.", "1")],
+        ),
     },
 }
 
@@ -263,13 +266,13 @@ EXPECTED = {
         ),
         "dev": (("A.",), ("B.",), [0]),
     },
-    "word_order": {
+    "next_sentence": {
         "train": (
-            ("Return the payload of the message.", "Return the message of the payload."),
-            None,
+            ("Return the payload.", "Return the payload."),
+            ("It is a list.", "Show the help text."),
             [1, 0],
         ),
-        "dev": (("Show the help text.",), None, [1]),
+        "dev": (("Show the help text.",), ("It pages.",), [1]),
     },
 }
 
@@ -323,7 +326,7 @@ def test_task_table():
         "qnli": (2, ("entailment", "not_entailment"), True, "accuracy", ("accuracy",)),
         "rte": (2, ("entailment", "not_entailment"), True, "accuracy", ("accuracy",)),
         "wnli": (2, ("0", "1"), True, "accuracy", ("accuracy",)),
-        "word_order": (2, ("0", "1"), False, "accuracy", ("accuracy", "matthews_correlation")),
+        "next_sentence": (2, ("0", "1"), True, "accuracy", ("accuracy", "f1")),
     }
     for name, (num_classes, label_names, is_pair, main_metric, metrics) in expected.items():
         task = glue.get_task(name)
@@ -342,7 +345,7 @@ def test_task_table():
 
 def test_unknown_task_and_split():
     with pytest.raises(
-        ValueError, match=r"data\.task must be one of cola, sst2, .*word_order, got 'SST-2'"
+        ValueError, match=r"data\.task must be one of cola, sst2, .*next_sentence, got 'SST-2'"
     ):
         glue.get_task("SST-2")
     with pytest.raises(TypeError, match="data.task must be a task name"):

@@ -81,8 +81,8 @@ def test_score_returns_each_tasks_metrics():
     assert glue_metrics.score("cola", LABELS, PREDICTIONS) == pytest.approx(
         {"matthews_correlation": 1 / 6}
     )
-    assert glue_metrics.score("word_order", LABELS, PREDICTIONS) == pytest.approx(
-        {"accuracy": 0.6, "matthews_correlation": 1 / 6}
+    assert glue_metrics.score("next_sentence", LABELS, PREDICTIONS) == pytest.approx(
+        {"accuracy": 0.6, "f1": 2 / 3}
     )
     assert glue_metrics.score("mnli", [0, 1, 2, 2], [0, 1, 2, 0]) == pytest.approx(
         {"accuracy": 0.75}
