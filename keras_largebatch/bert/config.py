@@ -101,10 +101,13 @@ class PhaseConfig(training_config.PhaseConfig):
     optimizer whose rate warms up again from 0 (the LAMB 64K/32K mixed-batch run).
     """
 
+    # The embedded default's: enough for its next-sentence prediction to be learned, which the
+    # fine-tuning default's task (`keras_largebatch.bert.default_task`) builds on.
+    steps: int = 2000  # optimizer steps of this phase
     seq_length: int = DEFAULT_MAX_SEQ_LENGTH  # tokens per example (the records')
     max_predictions_per_seq: int = DEFAULT_MAX_PREDICTIONS_PER_SEQ  # masked positions
     peak_learning_rate: float = 1.0e-2  # rate at the end of warmup
-    warmup_steps: int = 60  # linear warmup from 0, in optimizer steps
+    warmup_steps: int = 200  # linear warmup from 0, in optimizer steps
     end_learning_rate: float = 0.0  # rate at the end of the polynomial decay
     power: float = 1.0  # decay power (1.0 in the LAMB paper, 0.5 in NVIDIA's recipe)
     input_files: Optional[list[str]] = None  # record globs; None: the default corpus's records
