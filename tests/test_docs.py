@@ -347,3 +347,31 @@ def test_the_benchmarks_page_gives_every_script_its_command():
             assert f"python benchmarks/{script}" in page, script
     for script in re.findall(r"python benchmarks/(\w+\.py)", page):
         assert script in scripts, f"docs/benchmarks.md names benchmarks/{script}"
+
+
+# The pages whose "| `key` | `default` | meaning |" tables give the BERT pretraining command's
+# defaults (harness.md: the keys every run has, as the BERT command sets them).
+DEFAULTS_TABLES = ("guides/harness.md", "guides/bert-pretraining.md")
+_DEFAULT_ROW = re.compile(r"^\| `([a-z_.N]+)` \| `([^`]*)` \|", re.MULTILINE)
+
+
+def _config_value(config, key):
+    value = config
+    for part in key.split("."):
+        value = value[0] if part == "N" else getattr(value, part)
+    return value
+
+
+@pytest.mark.parametrize("page", DEFAULTS_TABLES)
+def test_the_bert_defaults_tables_give_the_configs_defaults(page):
+    yaml = pytest.importorskip("yaml")
+    from keras_largebatch.bert import config as bert_config
+
+    config = bert_config.PretrainConfig()
+    rows = _DEFAULT_ROW.findall((DOCS / page).read_text(encoding="utf-8"))
+    assert len(rows) >= 10, page
+    for key, shown in rows:
+        expected = _config_value(config, key)
+        if isinstance(expected, (list, tuple)):
+            expected = list(expected)
+        assert yaml.safe_load(shown) == expected, f"{page}: {key} shows {shown!r}"

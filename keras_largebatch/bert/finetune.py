@@ -101,7 +101,8 @@ def run_embedded_default(config, pretrain_config=None, callbacks=(), log=None):
         The comparison, also written to ``OUTPUT_DIR/comparison.json``: ``task``, ``metric``
         (the task's main metric on its first dev split), ``pretrained`` and ``random_init``
         (each ``best``, ``best_step``, ``final``, ``run_dir``, and for an accuracy
-        ``final_interval_95``), ``dev_examples`` (for an accuracy), ``steps``, ``preset``,
+        ``final_interval_95``), ``dev_examples`` (for an accuracy), ``word_overlap_rule``
+        (on the default task: `default_task.overlap_rule`), ``steps``, ``preset``,
         ``pretraining_run``, ``pretraining_steps``, ``glue_dir``, ``wall_time_seconds``.
 
     Raises:
@@ -109,7 +110,7 @@ def run_embedded_default(config, pretrain_config=None, callbacks=(), log=None):
             error of pretraining, export or fine-tuning, before it trains.
     """
     from keras_largebatch.bert import config as pretrain_config_lib
-    from keras_largebatch.bert import default_task, export, pretrain
+    from keras_largebatch.bert import default_task, export, glue, pretrain
     from keras_largebatch.training.run_directory import write_atomically
 
     start_time = time.perf_counter()
@@ -150,6 +151,9 @@ def run_embedded_default(config, pretrain_config=None, callbacks=(), log=None):
     comparison = compare(summaries)
     for name, _ in INITIALIZATIONS:
         comparison[name]["run_dir"] = os.path.join(output_dir, name)
+    if config.data.glue_dir is None:
+        splits = glue.read_task(config.data.task, glue_dir)
+        comparison["word_overlap_rule"] = default_task.overlap_rule(splits["train"], splits["dev"])
     comparison.update(
         preset=preset_dir,
         pretraining_run=pretraining_run,
@@ -208,6 +212,12 @@ def describe_comparison(comparison):
                 f"{comparison['dev_examples']} dev examples)"
             )
         lines.append(line)
+    if "word_overlap_rule" in comparison:
+        rule = comparison["word_overlap_rule"]
+        lines.append(
+            f"  {'word-overlap rule':<22} {rule['dev_accuracy']:.4f} (no model: label 1 when the "
+            f"sentences share at least {rule['threshold']:.3f} of their words, chosen on train)"
+        )
     return lines
 
 

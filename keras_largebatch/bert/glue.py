@@ -5,28 +5,27 @@ Language Understanding" (arXiv 1804.07461), plus ``next_sentence``, the embedded
 (`keras_largebatch.bert.default_task`). One task's directory holds ``train.tsv`` and ``dev.tsv``
 (MNLI: ``dev_matched.tsv`` and ``dev_mismatched.tsv``), tab-separated, one example per line:
 
-==========  ==========================================  ==========================  ==============
-task        header (columns read)                       label                       main metric
-==========  ==========================================  ==========================  ==============
-cola        none: source, label, original label,        0, 1                        Matthews corr.
-            sentence
-sst2        sentence, label                             0, 1                        accuracy
-mrpc        Quality, #1 ID, #2 ID, #1 String,           Quality: 0, 1               F1
-            #2 String
-stsb        index, genre, filename, year, old_index,    score: a number in [0, 5]   Pearson
-            source1, source2, sentence1, sentence2,
-            score
-qqp         id, qid1, qid2, question1, question2,       is_duplicate: 0, 1          F1
-            is_duplicate
-mnli        index, promptID, pairID, genre, four        gold_label: entailment,     accuracy
-            parses, sentence1, sentence2, label1,       neutral, contradiction
-            (dev: label2 ... label5), gold_label
-qnli        index, question, sentence, label            entailment, not_entailment  accuracy
-rte         index, sentence1, sentence2, label          entailment, not_entailment  accuracy
-wnli        index, sentence1, sentence2, label          0, 1                        accuracy
-next_       index, source, sentence1, sentence2, label  0, 1                        accuracy
-sentence
-==========  ==========================================  ==========================  ==============
+=============  ==========================================  ==========================  ===========
+task           header (columns read)                       label                       main metric
+=============  ==========================================  ==========================  ===========
+cola           none: source, label, original label,        0, 1                        Matthews
+               sentence
+sst2           sentence, label                             0, 1                        accuracy
+mrpc           Quality, #1 ID, #2 ID, #1 String,           Quality: 0, 1               F1
+               #2 String
+stsb           index, genre, filename, year, old_index,    score: a number in [0, 5]   Pearson
+               source1, source2, sentence1, sentence2,
+               score
+qqp            id, qid1, qid2, question1, question2,       is_duplicate: 0, 1          F1
+               is_duplicate
+mnli           index, promptID, pairID, genre, four        gold_label: entailment,     accuracy
+               parses, sentence1, sentence2, label1,       neutral, contradiction
+               (dev: label2 ... label5), gold_label
+qnli           index, question, sentence, label            entailment, not_entailment  accuracy
+rte            index, sentence1, sentence2, label          entailment, not_entailment  accuracy
+wnli           index, sentence1, sentence2, label          0, 1                        accuracy
+next_sentence  index, source, sentence1, sentence2, label  0, 1                        accuracy
+=============  ==========================================  ==========================  ===========
 
 Fields are separated by tabs and never quoted: GLUE's text holds quote characters that a CSV
 reader would take for quoting (they are read as text). Lines end at ``\\n`` only (a ``\\r``

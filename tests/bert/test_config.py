@@ -108,7 +108,7 @@ def test_whole_phase_list_override():
             ["phases.0.max_predictions_per_seq=200"],
             r"phases.0.max_predictions_per_seq must be in \[1, phases.0.seq_length=128\], got 200",
         ),
-        (["phases.0.warmup_steps=600"], r"phases.0.warmup_steps must be < phases.0.steps=600"),
+        (["phases.0.warmup_steps=2000"], r"phases.0.warmup_steps must be < phases.0.steps=2000"),
         (["mixed_precision=float16"], r"mixed_precision must be one of .*got 'float16'"),
         (["optimizer.name=sgd"], r"optimizer.name must be one of \['lamb', 'adamw'\], got 'sgd'"),
         (["strategy.name=gpu"], r"strategy.name must be one of .*got 'gpu'"),

@@ -8,6 +8,7 @@ import os
 import random
 import re
 
+import numpy as np
 import pytest
 
 from keras_largebatch.bert import corpus, default_task, glue
@@ -174,6 +175,37 @@ def test_deterministic_in_the_seed(written):
         assert [(a, b, label) for _, a, b, label in rebuilt[split]] == _rows(examples)
 
 
+def _examples(rows):
+    return glue.Examples(
+        first=tuple(a for a, _, _ in rows),
+        second=tuple(b for _, b, _ in rows),
+        labels=np.array([label for _, _, label in rows], np.int32),
+    )
+
+
+def test_the_word_overlap_rule_picks_its_threshold_on_train():
+    # Jaccard overlaps 1, 0, 1/5 and 1/7 (case and punctuation aside): from 1/5 up is label 1.
+    train = _examples(
+        [
+            ("A b.", "a B", 1),
+            ("a b", "c d", 0),
+            ("a b c", "a d e", 1),
+            ("a b c d", "a e f g", 0),
+        ]
+    )
+    # 1/3 (label 0) and 1/6 (label 1) are wrong at 1/5; 1 and 0 are right.
+    dev = _examples([("x y", "x z", 0), ("p q r s t", "p u", 1), ("m", "m", 1), ("k", "j", 0)])
+    rule = default_task.overlap_rule(train, dev)
+    assert rule == pytest.approx({"threshold": 0.2, "train_accuracy": 1.0, "dev_accuracy": 0.5})
+
+
+def test_the_word_overlap_rule_is_far_from_perfect_on_the_default_task(written):
+    _, splits = written
+    rule = default_task.overlap_rule(splits["train"], splits["dev"])
+    # Real pairs share more words than foreign ones, but not always.
+    assert 0.6 < rule["dev_accuracy"] < 0.8
+
+
 # === Building and writing, on a few synthetic docstrings ===
 
 DOCUMENTS = [
@@ -205,9 +237,7 @@ def test_seed_and_sizes(few_documents):
     assert first == default_task.build_default_task(num_train=20, num_dev=10, seed=1)
     assert first != default_task.build_default_task(num_train=20, num_dev=10, seed=2)
     # Dev is drawn first, so it does not change with the train size.
-    assert sorted(first["dev"]) == sorted(
-        default_task.build_default_task(20 + 30, 10, seed=1)["dev"]
-    )
+    assert first["dev"] == default_task.build_default_task(20 + 30, 10, seed=1)["dev"]
     with pytest.raises(
         ValueError,
         match=r"num_train \+ num_dev must be at most about 80: .* 40 pairs .*got 72 \+ 10",
@@ -215,8 +245,8 @@ def test_seed_and_sizes(few_documents):
         default_task.build_default_task(num_train=72, num_dev=10)
     with pytest.raises(ValueError, match="num_dev must be even .*got 11"):
         default_task.build_default_task(num_dev=11)
-    with pytest.raises(ValueError, match=r"num_train must be in \[4, inf\], got 0"):
-        default_task.build_default_task(num_train=0)
+    with pytest.raises(ValueError, match=r"num_train must be in \[4, inf\], got 2"):
+        default_task.build_default_task(num_train=2)
     with pytest.raises(TypeError, match="seed must be an integer"):
         default_task.build_default_task(seed="1")
 

@@ -19,9 +19,11 @@ import pytest
 from keras_largebatch import LAMB
 from keras_largebatch.bert import config as pretrain_config_lib
 from keras_largebatch.bert import corpus as corpus_lib
+from keras_largebatch.bert import default_task as default_task_lib
 from keras_largebatch.bert import export as export_lib
 from keras_largebatch.bert import finetune as finetune_lib
 from keras_largebatch.bert import finetune_config, finetune_recipe
+from keras_largebatch.bert import glue as glue_lib
 from keras_largebatch.bert import pretrain as pretrain_lib
 from keras_largebatch.training.plan import plan_run
 from tests.support.config_fields import assert_fields_documented
@@ -381,6 +383,7 @@ def test_config_errors_name_the_key(monkeypatch, capsys):
         (["model.random_init=true"], "model.random_init=true needs model.preset"),
         (["phases.0.gradient_accumulation_steps=2"], "needs optimizer.name='lamb'"),
         (["data.default_train_examples=33"], "data.default_train_examples must be even"),
+        (["data.default_dev_examples=2"], "data.default_dev_examples must be in [4, inf], got 2"),
         (["eval_interval=30"], "eval_interval must be a multiple of log_interval=25"),
     ):
         assert finetune_lib.main(overrides) == 2
@@ -467,12 +470,17 @@ def test_the_embedded_default_compares_pretrained_and_random_init(tmp_path, monk
     assert comparison["dev_examples"] == 16
     exported = keras_hub.models.BertBackbone.from_preset(str(root / "preset"))
     assert exported.num_layers == 1 and exported.hidden_dim == 16
-    assert lines[-2].startswith("  pretrained backbone")
-    assert lines[-1].startswith("  random initialization")
-    assert f"{comparison['pretrained']['best']:.4f}" in lines[-2]
-    assert f"{comparison['random_init']['best']:.4f}" in lines[-1]
+    assert lines[-3].startswith("  pretrained backbone")
+    assert lines[-2].startswith("  random initialization")
+    assert f"{comparison['pretrained']['best']:.4f}" in lines[-3]
+    assert f"{comparison['random_init']['best']:.4f}" in lines[-2]
     interval = comparison["random_init"]["final_interval_95"]
-    assert lines[-1].endswith(f"(final +/- {interval:.3f} at 95% over 16 dev examples)")
+    assert lines[-2].endswith(f"(final +/- {interval:.3f} at 95% over 16 dev examples)")
+    # The baseline with no model, on the same task files.
+    splits = glue_lib.read_task("next_sentence", str(root / "data"))
+    rule = default_task_lib.overlap_rule(splits["train"], splits["dev"])
+    assert comparison["word_overlap_rule"] == rule
+    assert lines[-1].startswith(f"  word-overlap rule      {rule['dev_accuracy']:.4f} (no model")
     # A second call reports the completed runs and writes the same comparison.
     again = finetune_lib.run_embedded_default(config, pretrain_config, log=lines.append)
     assert {name: again[name] for name in ("pretrained", "random_init")} == {
