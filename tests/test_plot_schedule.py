@@ -178,8 +178,9 @@ def test_command_plots_a_pretraining_config(tmp_path):
     schedule = schedule_from_config(yaml.safe_load(config.read_text()))
     rates = [float(schedule(step)) for step in (1000, 2000, 7038, 7038 + 100, 7038 + 200)]
     assert rates == pytest.approx([3e-3, 6e-3, 0.0, 2e-3, 4e-3], abs=1e-9)
+    # BERT's defaults: a peak of 1e-2 after 200 warmup steps.
     defaults = schedule_from_config({"model": {"size": "mini"}, "phases": [{"steps": 300}]})
-    assert [float(defaults(step)) for step in (30, 60, 300)] == pytest.approx([5e-3, 1e-2, 0.0])
+    assert [float(defaults(step)) for step in (100, 200, 300)] == pytest.approx([5e-3, 1e-2, 0.0])
     output = tmp_path / "lr.png"
     assert main([str(output), "--config", str(config)]) == 0
     assert output.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
