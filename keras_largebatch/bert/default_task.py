@@ -207,7 +207,9 @@ def overlap_rule(train, dev):
     the one most accurate on ``train`` (the smallest of equals).
 
     Args:
-        train, dev: `keras_largebatch.bert.glue.Examples` of a pair task with labels 0 and 1.
+        train: the `keras_largebatch.bert.glue.Examples` that choose the threshold, of a pair
+            task with labels 0 and 1.
+        dev: the `keras_largebatch.bert.glue.Examples` scored with it.
 
     Returns:
         ``{"threshold": t, "train_accuracy": ..., "dev_accuracy": ...}``.
