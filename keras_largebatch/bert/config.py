@@ -20,6 +20,7 @@ for numeric fields.
 """
 
 import dataclasses
+import os
 from typing import ClassVar, Optional
 
 from keras_largebatch import _checks
@@ -111,6 +112,14 @@ class PhaseConfig(training_config.PhaseConfig):
     end_learning_rate: float = 0.0  # rate at the end of the polynomial decay
     power: float = 1.0  # decay power (1.0 in the LAMB paper, 0.5 in NVIDIA's recipe)
     input_files: Optional[list[str]] = None  # record globs; None: the default corpus's records
+
+    def default_data_dir(self, output_dir):
+        """Where a run in ``output_dir`` keeps this phase's records of the default corpus
+        (`pretraining_data.create_default_pretraining_data`), by their length and
+        predictions: ``output_dir/data/seq128-pred20``."""
+        return os.path.join(
+            output_dir, "data", f"seq{self.seq_length}-pred{self.max_predictions_per_seq}"
+        )
 
     def validate(self, key):
         _checks.check_integer(f"{key}.seq_length", self.seq_length, low=5)

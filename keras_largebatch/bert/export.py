@@ -190,12 +190,7 @@ def vocabulary_file(config):
         return config.data.vocab_file
     for phase in config.phases:
         if phase.input_files is None:
-            path = os.path.join(
-                config.output_dir,
-                "data",
-                f"seq{phase.seq_length}-pred{phase.max_predictions_per_seq}",
-                VOCABULARY_FILENAME,
-            )
+            path = os.path.join(phase.default_data_dir(config.output_dir), VOCABULARY_FILENAME)
             if not tf.io.gfile.exists(path):
                 raise ValueError(
                     f"the run's default-corpus vocabulary {path!r} does not exist; the "
@@ -213,8 +208,8 @@ def choose_checkpoint(config, step, log):
     """``(path, global step)`` of the checkpoint to export: the one the run keeps at global
     step ``step``, or with ``step`` None the newest that can be read
     (`keras_largebatch.training.run_directory.RunDirectory.readable_state`; a newer unreadable
-    one is reported through ``log`` and left as it is). Checkpoints are read at the paths the
-    run's state file records, as resuming the run reads them.
+    one is reported through ``log`` and left as it is). Checkpoints are read where the run
+    directory holds them now, as resuming the run reads them.
 
     Raises:
         ValueError: the run wrote no checkpoint, or keeps none at ``step`` (the message lists
@@ -233,7 +228,7 @@ def choose_checkpoint(config, step, log):
     if step is None:
         entry = run_directory.readable_state(log)
         return entry["checkpoint"], entry["global_step"]
-    kept = {entry["global_step"]: entry["checkpoint"] for entry in run_directory_lib._kept(state)}
+    kept = {entry["global_step"]: entry["checkpoint"] for entry in run_directory.kept_checkpoints()}
     if step not in kept:
         raise ValueError(
             f"step {step} is not a checkpoint of the run in {config.output_dir!r}; its "

@@ -179,11 +179,7 @@ def prepare_data(config, log):
         if record_files[index] is not None:
             continue
         data = pretraining_data.create_default_pretraining_data(
-            os.path.join(
-                config.output_dir,
-                "data",
-                f"seq{phase.seq_length}-pred{phase.max_predictions_per_seq}",
-            ),
+            phase.default_data_dir(config.output_dir),
             max_seq_length=phase.seq_length,
             max_predictions_per_seq=phase.max_predictions_per_seq,
             vocabulary_size=config.data.vocabulary_size,

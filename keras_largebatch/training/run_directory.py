@@ -179,6 +179,11 @@ class RunDirectory:
             state["kept"] = [self._here(entry) for entry in state["kept"]]
         return state
 
+    def kept_checkpoints(self):
+        """The kept checkpoints' entries (``global_step``, ``checkpoint`` path...), oldest
+        first, at this directory's paths (as `state` gives them); [] before the first."""
+        return _kept(self.state())
+
     def _here(self, record):
         """``record`` with its ``checkpoint`` file looked up in this run's checkpoint_dir
         (every checkpoint, best weights included, is written there)."""
