@@ -20,7 +20,8 @@ exports it as a preset into this run's own ``OUTPUT_DIR/preset``, writes the def
 ``next_sentence`` task (`keras_largebatch.bert.default_task`) to ``OUTPUT_DIR/data``, and
 fine-tunes twice with the same data, steps and seeds: from the pretrained backbone
 (``OUTPUT_DIR/pretrained``) and from a random initialization of the same architecture
-(``OUTPUT_DIR/random_init``). It prints both dev scores side by side and writes them to
+(``OUTPUT_DIR/random_init``). It prints both dev scores side by side, with the score of a
+word-overlap rule that uses no model (`default_task.overlap_rule`), and writes them to
 ``OUTPUT_DIR/comparison.json``. Progress goes to stderr, the summary (or comparison) as JSON to
 stdout.
 """
