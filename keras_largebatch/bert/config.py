@@ -25,6 +25,7 @@ from typing import ClassVar, Optional
 
 from keras_largebatch import _checks
 from keras_largebatch.training import config as training_config
+from keras_largebatch.training import config_loading
 from keras_largebatch.training.config import MIXED_PRECISION_POLICIES, StrategyConfig
 
 __all__ = [
@@ -255,15 +256,15 @@ class PretrainConfig(training_config.RunConfig):
 
 def config_from_dict(values, key="config"):
     """Builds a `PretrainConfig` from nested plain data (a loaded YAML document)."""
-    return training_config.config_from_dict(PretrainConfig, values, key)
+    return config_loading.config_from_dict(PretrainConfig, values, key)
 
 
 def load_config(path=None, overrides=()):
     """Loads a `PretrainConfig`: defaults, then the YAML file at ``path``, then the overrides.
 
-    See `keras_largebatch.training.config.load_config`.
+    See `keras_largebatch.training.config_loading.load_config`.
     """
-    return training_config.load_config(PretrainConfig, path, overrides)
+    return config_loading.load_config(PretrainConfig, path, overrides)
 
 
-apply_override = training_config.apply_override
+apply_override = config_loading.apply_override

@@ -35,6 +35,7 @@ from keras_largebatch.bert import config as bert_config
 from keras_largebatch.bert.default_task import DEFAULT_NUM_DEV, DEFAULT_NUM_TRAIN
 from keras_largebatch.bert.glue import TASK_NAMES
 from keras_largebatch.training import config as training_config
+from keras_largebatch.training import config_loading
 
 OPTIMIZER_NAMES = ("adamw", "lamb")
 DEFAULT_TASK = "next_sentence"
@@ -220,12 +221,12 @@ class FinetuneConfig(training_config.RunConfig):
 
 def config_from_dict(values, key="config"):
     """Builds a `FinetuneConfig` from nested plain data (a loaded YAML document)."""
-    return training_config.config_from_dict(FinetuneConfig, values, key)
+    return config_loading.config_from_dict(FinetuneConfig, values, key)
 
 
 def load_config(path=None, overrides=()):
     """Loads a `FinetuneConfig`: defaults, then the YAML file at ``path``, then the overrides.
 
-    See `keras_largebatch.training.config.load_config`.
+    See `keras_largebatch.training.config_loading.load_config`.
     """
-    return training_config.load_config(FinetuneConfig, path, overrides)
+    return config_loading.load_config(FinetuneConfig, path, overrides)

@@ -49,7 +49,7 @@ class Trainer:
     model, summary) lives here, set by `train`, which runs once per `Trainer`.
 
     Args:
-        config: the run's config (a validated `config.RunConfig`: `config.load_config`
+        config: the run's config (a validated `config.RunConfig`: `config_loading.load_config`
             returns one; check a config built or changed in Python with ``validate()``).
             Never changed.
         recipe: a `recipe.Recipe` built from the same config.

@@ -13,6 +13,7 @@ from typing import ClassVar, Optional
 from keras_largebatch import _checks
 from keras_largebatch._backend import keras_backend
 from keras_largebatch.training import config as training_config
+from keras_largebatch.training import config_loading
 from keras_largebatch.vision import fashion_mnist
 
 DATASETS = ("fashion_mnist", "imagenet")
@@ -217,9 +218,9 @@ class TrainConfig(training_config.RunConfig):
 
 def config_from_dict(values, key="config"):
     """Builds a `TrainConfig` from nested plain data (a loaded YAML document)."""
-    return training_config.config_from_dict(TrainConfig, values, key)
+    return config_loading.config_from_dict(TrainConfig, values, key)
 
 
 def load_config(path=None, overrides=()):
     """Loads a `TrainConfig`: defaults, then the YAML file at ``path``, then the overrides."""
-    return training_config.load_config(TrainConfig, path, overrides)
+    return config_loading.load_config(TrainConfig, path, overrides)

@@ -14,6 +14,7 @@ import tensorflow as tf
 from keras_largebatch import input_order
 from keras_largebatch.optimizers import LAMB
 from keras_largebatch.training import config as training_config
+from keras_largebatch.training import config_loading
 from keras_largebatch.training.recipe import Recipe
 
 NUM_EXAMPLES = 64
@@ -43,9 +44,7 @@ class ToyConfig(training_config.RunConfig):
 
 
 def load(output_dir, *overrides):
-    return training_config.load_config(
-        ToyConfig, overrides=[f"output_dir={output_dir}", *overrides]
-    )
+    return config_loading.load_config(ToyConfig, overrides=[f"output_dir={output_dir}", *overrides])
 
 
 class ToyRegression(Recipe):

@@ -6,7 +6,7 @@ import sys
 import pytest
 
 from keras_largebatch.training import config as training_config
-from keras_largebatch.training import plan
+from keras_largebatch.training import config_loading, plan
 from tests.support.config_fields import assert_fields_documented
 from tests.support.runs import ROOT
 from tests.support.toy_recipe import ToyConfig, ToyPhase
@@ -28,13 +28,13 @@ def test_a_recipe_config_extends_the_run_config(tmp_path):
         "log_interval: 3\ncheckpoint_interval: 6\n"
         "phases:\n  - {global_batch_size: 16, steps: 9, learning_rate: 1e-2}\n"
     )
-    config = training_config.load_config(ToyConfig, str(path), ["phases.0.steps=12"])
+    config = config_loading.load_config(ToyConfig, str(path), ["phases.0.steps=12"])
     assert type(config) is ToyConfig and type(config.phases[0]) is ToyPhase
     assert (config.log_interval, config.checkpoint_interval) == (3, 6)
     assert (config.phases[0].global_batch_size, config.phases[0].steps) == (16, 12)
     assert config.phases[0].learning_rate == 0.01  # YAML 1.1 read "1e-2" as a string
     assert config.strategy.name == "default"  # the recipe's own default
-    reloaded = training_config.config_from_dict(ToyConfig, config.to_dict())
+    reloaded = config_loading.config_from_dict(ToyConfig, config.to_dict())
     assert reloaded == config
 
 
@@ -106,7 +106,7 @@ def test_a_recipe_config_extends_the_run_config(tmp_path):
 )
 def test_bad_values_name_the_key_and_value(tmp_path, overrides, error, message):
     with pytest.raises(error, match=message):
-        training_config.load_config(ToyConfig, overrides=[f"output_dir={tmp_path}", *overrides])
+        config_loading.load_config(ToyConfig, overrides=[f"output_dir={tmp_path}", *overrides])
 
 
 @pytest.mark.parametrize(
@@ -235,11 +235,11 @@ def test_the_derived_accumulation_meets_steps_per_execution(tmp_path):
     overrides = [f"output_dir={tmp_path}", "steps_per_execution=4"]
     for index, limit in enumerate((4, 2)):
         overrides.append(f"phases.{index}.max_per_replica_batch_size={limit}")
-    config = training_config.load_config(ToyConfig, overrides=overrides)
+    config = config_loading.load_config(ToyConfig, overrides=overrides)
     resolved = plan.plan_run(config, 1)
     assert [phase.gradient_accumulation_steps for phase in resolved.phases] == [2, 2]
     overrides[-1] = "phases.1.max_per_replica_batch_size=4"  # 4 examples: k = 1
-    config = training_config.load_config(ToyConfig, overrides=overrides)
+    config = config_loading.load_config(ToyConfig, overrides=overrides)
     with pytest.raises(
         ValueError,
         match=r"steps_per_execution=4 must divide log_interval x "
@@ -255,7 +255,7 @@ def test_configs_load_validate_and_print_without_tensorflow_or_keras_hub():
 import contextlib, io, sys
 from keras_largebatch.bert import config as bert_config, pretrain
 from keras_largebatch.study import config as study_config
-from keras_largebatch.training import config as training_config, plan
+from keras_largebatch.training import config as training_config, config_loading, plan
 from keras_largebatch.vision import config as vision_config, train
 bert_config.load_config(overrides=["phases.0.max_per_replica_batch_size=8"])
 vision_config.load_config()
