@@ -16,10 +16,14 @@ import numpy as np
 
 from keras_largebatch.study import measures, protocol
 from keras_largebatch.study.optimizers import PAIRS
+from keras_largebatch.vision import fashion_mnist
 
 CONFIDENCE = 0.95  # of the bootstrap intervals
 CONFIRM_RATIO = 0.8  # the layer-wise optimizer needs at most this share of the baseline's steps
 REFUTE_RATIO = 1.1  # ... or is never faster than the baseline by more than this factor
+# The accuracy of a diverged run: a constant prediction's on the balanced validation split
+# and test set.
+CHANCE_ACCURACY = 1 / fashion_mnist.NUM_CLASSES
 
 
 class Spread(NamedTuple):
@@ -45,33 +49,38 @@ class CellResult(NamedTuple):
     progress: protocol.CellProgress
     trials: int  # search and extension trials of the selected round
     diverged: int  # of those
-    search_steps: dict  # target -> the best trial's steps to it over the search (None: no)
+    search_steps: dict  # target -> the selected trial's steps to it (None: not reached)
     steps: dict  # target -> `Spread` of the confirmations' steps
-    validation_accuracy: Optional[Spread]  # at the end of the budget
-    test_accuracy: Optional[Spread]  # at the end of the budget
+    validation_accuracy: Optional[Spread]  # at the end of the budget; diverged: chance
+    test_accuracy: Optional[Spread]  # at the end of the budget; diverged: chance
+    diverged_seeds: int  # confirmations that diverged
 
 
 def cell_result(config, progress):
     """The `CellResult` of a complete cell's ``progress``."""
     rows = progress.search_rows
     confirmations = progress.confirmations
-    search_steps = {}
-    for target in config.targets:
-        reached = [measures.steps_to_target(row["curve"], target) for row in rows]
-        reached = [steps for steps in reached if steps is not None]
-        search_steps[target] = min(reached, default=None)
-    finished = [row for row in confirmations if row["stop"] != "diverged"]
+
+    def accuracy(row, value):
+        # A diverged run has no accuracy at the end of its budget; it counts as the
+        # accuracy of a constant prediction, so that a median and a range are of every seed.
+        return CHANCE_ACCURACY if row["stop"] == "diverged" else value
+
     return CellResult(
         progress=progress,
         trials=len(rows),
         diverged=sum(row["stop"] == "diverged" for row in rows),
-        search_steps=search_steps,
+        search_steps={
+            target: measures.steps_to_target(progress.best["curve"], target)
+            for target in config.targets
+        },
         steps={
             target: spread(measures.steps_to_target(row["curve"], target) for row in confirmations)
             for target in config.targets
         },
-        validation_accuracy=spread(row["curve"][-1][1] for row in finished),
-        test_accuracy=spread(row["test_accuracy"] for row in finished),
+        validation_accuracy=spread(accuracy(row, row["curve"][-1][1]) for row in confirmations),
+        test_accuracy=spread(accuracy(row, row["test_accuracy"]) for row in confirmations),
+        diverged_seeds=sum(row["stop"] == "diverged" for row in confirmations),
     )
 
 
@@ -190,6 +199,7 @@ class Verdict(NamedTuple):
     confirmed: bool
     refuted: bool
     compared_batch_sizes: list  # batch sizes where both cells are complete
+    unequal_budgets: list  # of those, where one cell's budget was doubled and not the other's
 
 
 def verdict(cells, fits, config, layerwise, baseline):
@@ -201,16 +211,20 @@ def verdict(cells, fits, config, layerwise, baseline):
     interval lies above the baseline's. Refuted: at every batch size compared, the layer-wise
     median is no faster than the baseline's by more than `REFUTE_RATIO` (baseline median /
     layer-wise median <= 1.1) and its median accuracy at the end of the budget (test) is
-    not above the top of the baseline's seed range.
+    not above the top of the baseline's seed range. A batch size where one of the two cells
+    had its budget doubled compares them under different schedules; it counts like any
+    other, and is listed.
     """
     target = config.primary_target
-    compared, confirming = [], []
+    compared, confirming, unequal = [], [], []
     refuted = True
     for batch_size in config.batch_sizes:
         ours, theirs = cells.get((layerwise, batch_size)), cells.get((baseline, batch_size))
         if ours is None or theirs is None:
             continue
         compared.append(batch_size)
+        if ours.progress.step_budget != theirs.progress.step_budget:
+            unequal.append(batch_size)
         steps, baseline_steps = ours.steps[target], theirs.steps[target]
         faster = steps.median <= CONFIRM_RATIO * baseline_steps.median and (
             steps.high < baseline_steps.low
@@ -242,6 +256,7 @@ def verdict(cells, fits, config, layerwise, baseline):
         confirmed,
         refuted and bool(compared),
         compared,
+        unequal,
     )
 
 

@@ -109,11 +109,19 @@ def best_row(rows, primary_target):
     return min(rows, key=lambda row: rank(row, primary_target))
 
 
+def rerun_threshold(step_budget):
+    """The last step at which a trial reaching the primary target is within its budget:
+    `config.BUDGET_RERUN_FRACTION` of ``step_budget`` rounded up to a whole step, as the
+    evaluation steps are (`measures.evaluation_steps`), so that the evaluation at that share
+    of any budget is within it, whether or not the share is a whole number of steps."""
+    return math.ceil(round(BUDGET_RERUN_FRACTION * step_budget, 9))
+
+
 def needs_more_budget(row, primary_target, step_budget):
-    """True when the trial of ``row`` did not reach ``primary_target`` within
-    `config.BUDGET_RERUN_FRACTION` of ``step_budget``."""
+    """True when the trial of ``row`` did not reach ``primary_target`` by
+    `rerun_threshold` of ``step_budget``."""
     steps = measures.steps_to_target(row["curve"], primary_target)
-    return steps is None or steps > BUDGET_RERUN_FRACTION * step_budget
+    return steps is None or steps > rerun_threshold(step_budget)
 
 
 def _same(a, b):

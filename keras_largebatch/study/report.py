@@ -68,6 +68,8 @@ def _flags(result):
     flags += [f"edge: {name} {side}" for name, side in progress.edges]
     if progress.best_beyond_range:
         flags.append("best beyond the range")
+    if result.diverged_seeds:
+        flags.append(f"{result.diverged_seeds} of {len(progress.confirmations)} seeds diverged")
     return "; ".join(flags)
 
 
@@ -82,6 +84,9 @@ def _verdict_line(item, fits, decided=True):
         value = "no fit" if fit is None else _interval(fit.critical_batch_size, fit.low, fit.high)
         parts.append(f"{OPTIMIZERS[name].label} B_crit {value}")
     sizes = ", ".join(str(size) for size in item.confirming_batch_sizes) or "none"
+    if item.unequal_budgets:
+        unequal = ", ".join(str(size) for size in item.unequal_budgets)
+        parts.append(f"compared under different budgets (one cell's doubled) at {unequal}")
     return (
         f"- **{label} against {baseline}: {state}.** Batch sizes where {label} needs <= "
         f"{analysis.CONFIRM_RATIO:g}x the steps with the seed ranges apart: {sizes}; "
@@ -181,7 +186,9 @@ def markdown(config, cells, incomplete, fits, noise, verdicts, link_prefix=""):
         f"![Test accuracy at the end of the budget]({link_prefix}{ACCURACY_PLOT})",
         "",
         "Test accuracy of each cell's selected settings at the end of its budget (the test "
-        "set's only use), median [lowest–highest] of the seeds.",
+        "set's only use), median [lowest–highest] of the seeds; a seed that diverged counts as "
+        f"{analysis.CHANCE_ACCURACY:g}, a constant prediction's accuracy (its cell is flagged "
+        "below).",
         "",
         "| batch | " + " | ".join(labels.values()) + " |",
         "|---:|" + "---:|" * len(labels),
@@ -200,11 +207,11 @@ def markdown(config, cells, incomplete, fits, noise, verdicts, link_prefix=""):
         "",
         "#### Every cell",
         "",
-        f"Steps to {targets}: the best search trial's, then the seeds' medians; validation "
-        "accuracy at the end of the budget (median of the seeds); trials of the selected "
-        "round (diverged); the selected settings; flags.",
+        f"Steps to {targets}: the selected search trial's, then the seeds' medians; "
+        "validation accuracy at the end of the budget (median of the seeds); trials of the "
+        "selected round (diverged); the selected settings; flags.",
         "",
-        f"| optimizer | batch | budget | best trial to {targets} | seeds to {targets} | "
+        f"| optimizer | batch | budget | selected trial to {targets} | seeds to {targets} | "
         "validation accuracy | trials (diverged) | settings | flags |",
         "|---|---:|---:|---:|---:|---:|---:|---|---|",
     ]

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from scipy.optimize import least_squares
 
-from keras_largebatch.study import analysis
+from keras_largebatch.study import analysis, protocol, report
 from keras_largebatch.study import config as config_lib
 
 
@@ -41,15 +41,17 @@ def test_perfect_scaling_has_no_critical_batch_size():
     assert analysis.fit_critical_batch([64, 128, 256], [100, 110, 120])[1] == 0.0
 
 
-def cell(steps, accuracy=(0.9, 0.9, 0.9), target=0.87):
+def cell(steps, accuracy=(0.9, 0.9, 0.9), target=0.87, budget=300):
+    progress = protocol.CellProgress("", 0, [], budget, budget != 300, [], False, [], None, [])
     return analysis.CellResult(
-        progress=None,
+        progress=progress,
         trials=16,
         diverged=0,
         search_steps={target: min(s or math.inf for s in steps)},
         steps={target: analysis.spread(steps)},
         validation_accuracy=analysis.spread(accuracy),
         test_accuracy=analysis.spread(accuracy),
+        diverged_seeds=0,
     )
 
 
@@ -130,6 +132,19 @@ def test_the_claim_is_refuted_when_the_generic_optimizer_is_as_fast_and_as_accur
     assert not item.refuted
 
 
+def test_a_pair_compared_under_different_budgets_is_listed():
+    config = config_lib.preset("full", optimizers=["adamw", "lamb"], batch_sizes=BATCH_SIZES)
+    cells = cells_of({"lamb": model(100, 500), "adamw": model(100, 500)})
+    cells[("lamb", 2048)] = cells[("lamb", 2048)]._replace(progress=cell([1], budget=600).progress)
+    fits = {
+        name: analysis.fit_optimizer(cells, name, 0.87, samples=50) for name in ("lamb", "adamw")
+    }
+    (item,) = analysis.verdicts(cells, fits, config)
+    assert item.unequal_budgets == [2048] and item.compared_batch_sizes == BATCH_SIZES
+    line = report._verdict_line(item, fits)
+    assert "compared under different budgets (one cell's doubled) at 2048" in line
+
+
 def test_a_baseline_that_misses_the_target_at_large_batch_counts_as_slower():
     adamw = {size: (steps if size < 1024 else None) for size, steps in model(100, 500).items()}
     cells = cells_of({"lamb": model(100, 500)})
@@ -144,3 +159,31 @@ def test_a_baseline_that_misses_the_target_at_large_batch_counts_as_slower():
     assert fits["adamw"] is not None and item.critical_above == (
         fits["lamb"].low > fits["adamw"].high
     )
+
+
+def row(curve, stop="budget", test_accuracy=None):
+    return {"curve": curve, "stop": stop, "test_accuracy": test_accuracy}
+
+
+def test_a_cell_reports_its_selected_trial_and_every_seed():
+    config = config_lib.preset("full")
+    # The selected trial reaches 0.87 first; another trial reaches 0.85 and 0.88 earlier.
+    selected = row([(100, 0.80, 0.5), (200, 0.86, 0.4), (300, 0.875, 0.3), (400, 0.885, 0.3)])
+    other = row([(100, 0.86, 0.4), (200, 0.865, 0.4), (300, 0.881, 0.3)])
+    seeds = [
+        row([(300, 0.87, 0.3), (400, 0.89, 0.3)], test_accuracy=0.885),
+        row([(300, 0.86, 0.3), (400, 0.88, 0.3)], test_accuracy=0.875),
+        row([(100, 0.5, 1.0), (200, math.nan, math.nan)], stop="diverged"),
+    ]
+    progress = protocol.CellProgress(
+        "lamb", 1024, [], 400, False, [], False, [other, selected], selected, seeds
+    )
+    result = analysis.cell_result(config, progress)
+    assert result.search_steps == {0.85: 200, 0.87: 300, 0.88: 400}
+    assert result.steps[0.87] == analysis.spread([300, 400, None])
+    # The diverged seed counts as a constant prediction's accuracy, 0.1: the median is the
+    # middle seed's and the range reaches down to chance.
+    assert result.test_accuracy == analysis.spread([0.885, 0.875, 0.1])
+    assert result.validation_accuracy == analysis.spread([0.89, 0.88, 0.1])
+    assert result.diverged_seeds == 1
+    assert report._flags(result) == "1 of 3 seeds diverged"

@@ -7,7 +7,7 @@ import math
 import pytest
 
 from keras_largebatch.study import config as config_lib
-from keras_largebatch.study import ledger, protocol, search, sobol
+from keras_largebatch.study import ledger, measures, protocol, search, sobol
 from keras_largebatch.study.runner import run_study
 from tests.study import fake_trials
 from tests.support.fashion_mnist_files import write_fashion_mnist
@@ -69,6 +69,18 @@ def test_a_best_trial_past_80_percent_of_its_budget_doubles_it_once(config):
     assert {row["step_budget"] for row in progress.search_rows} == {96}
     assert protocol.needs_more_budget(progress.best, 0.2, 48)
     assert not protocol.needs_more_budget(progress.best, 0.2, 96)
+
+
+@pytest.mark.parametrize("budget", [300, 513, 1026, 2051, 4102, 8204])
+def test_the_evaluation_at_80_percent_of_any_budget_is_within_it(budget):
+    # The 32nd of 40 evaluations is at 80% of the budget rounded up to a step, as the
+    # threshold is: reaching the target there never doubles the budget, one evaluation
+    # later always does, whether or not 80% of the budget is a whole number of steps.
+    steps = measures.evaluation_steps(budget, 40)
+    assert protocol.rerun_threshold(budget) == steps[31]
+    at, after = ({"curve": [(step, 0.9, 0.3)]} for step in steps[31:33])
+    assert not protocol.needs_more_budget(at, 0.87, budget)
+    assert protocol.needs_more_budget(after, 0.87, budget)
 
 
 def test_the_best_trial_is_the_fastest_to_the_primary_target(config):
