@@ -142,7 +142,7 @@ def default_corpus_documents():
         docstrings = _module_docstrings(module_name)
         if docstrings:
             texts.append("\n\n".join(docstrings))
-    documents = [_prose_sentences(text) for text in texts]
+    documents = [prose_sentences(text) for text in texts]
     return [sentences for sentences in documents if len(sentences) >= 2]
 
 
@@ -177,8 +177,11 @@ def _module_docstrings(module_name):
     return [docstring for docstring in docstrings if docstring]
 
 
-def _prose_sentences(text):
-    """Splits reST-like text into sentences, keeping prose paragraphs only."""
+def prose_sentences(text):
+    """The sentences of reST-like ``text`` (a docstring, a documentation topic): its prose
+    paragraphs only (no code, grammar or headings), joined across line breaks and split at
+    sentence ends, each of at least three words. The pretraining corpus and the fine-tuning
+    default (`keras_largebatch.bert.default_task`) read text through it alike."""
     sentences = []
     for paragraph in _paragraphs(text):
         if not _is_prose(paragraph):

@@ -129,7 +129,7 @@ def source_documents():
     for module_name in SOURCE_MODULES:
         for docstring in _module_docstrings(module_name):
             candidates = []
-            for sentence in corpus._prose_sentences(docstring):
+            for sentence in corpus.prose_sentences(docstring):
                 sentence = " ".join(sentence.split())
                 key = _sentence_key(sentence)
                 if _is_candidate(sentence) and key not in seen:

@@ -29,7 +29,7 @@ def test_sentence_boundaries():
         "First sentence here, e.g. with an abbreviation. Second one (really) ends! "
         'Third is "quoted." Fourth sentence is last.\n\n   code = "not prose"\n'
     )
-    assert corpus._prose_sentences(text) == [
+    assert corpus.prose_sentences(text) == [
         "First sentence here, e.g. with an abbreviation.",
         "Second one (really) ends!",
         'Third is "quoted."',
@@ -40,7 +40,7 @@ def test_sentence_boundaries():
 def test_documents_come_from_topics_then_module_docstrings():
     documents = corpus.default_corpus_documents()
     topic_documents = [
-        corpus._prose_sentences(pydoc_data.topics.topics[key])
+        corpus.prose_sentences(pydoc_data.topics.topics[key])
         for key in sorted(pydoc_data.topics.topics)
     ]
     topic_documents = [document for document in topic_documents if len(document) >= 2]
