@@ -58,7 +58,8 @@ def get_strategy(
     Create the strategy before any other TensorFlow op runs: MultiWorkerMirroredStrategy
     must configure collective ops before the runtime starts, and the TPU system must be
     initialized before variables are placed. Build the model and optimizer inside
-    `strategy.scope()`.
+    `strategy.scope()`. A process has one MultiWorkerMirroredStrategy: the first call makes
+    it, later ones return it.
 
     Args:
         name: one of `STRATEGY_NAMES`:
@@ -90,8 +91,9 @@ def get_strategy(
     Raises:
         TypeError: `tpu` that is not a string or `tpu_connect_timeout` that is not a number.
         ValueError: an unknown `name` or `communication`, `tpu`/`devices`/`communication`
-            given with a strategy that does not use them, a `tpu_connect_timeout` <= 0, or a
-            malformed `TF_CONFIG`. Raised before any device is touched.
+            given with a strategy that does not use them, a `tpu_connect_timeout` <= 0, a
+            malformed `TF_CONFIG`, or a `communication` other than that of the process's
+            MultiWorkerMirroredStrategy. Raised before any device is touched.
         RuntimeError: the requested TPU cannot be found or reached.
     """
     check_choice("name", name, STRATEGY_NAMES)
@@ -122,16 +124,7 @@ def get_strategy(
     if kind == "tpu":
         return _tpu_strategy("local" if tpu is None else tpu, tpu_connect_timeout)
     if kind == "multi_worker":
-        implementation = {
-            "auto": tf.distribute.experimental.CommunicationImplementation.AUTO,
-            "ring": tf.distribute.experimental.CommunicationImplementation.RING,
-            "nccl": tf.distribute.experimental.CommunicationImplementation.NCCL,
-        }[communication]
-        return _MultiWorkerMirroredStrategy(
-            communication_options=tf.distribute.experimental.CommunicationOptions(
-                implementation=implementation
-            )
-        )
+        return _multi_worker_strategy(communication)
     if kind == "mirrored":
         # Collective all-reduce gains nothing between CPU devices of one process, and its group
         # keys restart at 1 for every strategy: a second CPU strategy of another size in the same
@@ -399,6 +392,38 @@ def _grpc_host_port(address):
     if not host or port is None:
         raise ValueError(f'a TPU grpc address must look like "grpc://host:port", got {address!r}')
     return host, port
+
+
+# The process's MultiWorkerMirroredStrategy and its communication, once made.
+_multi_worker = {}
+
+
+def _multi_worker_strategy(communication):
+    """The process's one MultiWorkerMirroredStrategy: made on the first call, returned again
+    on the next ones. A second strategy would configure the runtime's collectives again, and
+    its collective keys would restart where the first one's are still in use: its first
+    collective aborts ("Delete called on non-empty BufRendezvous"). So a process that trains
+    twice (pretraining, then fine-tuning) trains both on the first."""
+    if "strategy" in _multi_worker:
+        if _multi_worker["communication"] != communication:
+            raise ValueError(
+                f"communication={communication!r}: this process's MultiWorkerMirroredStrategy "
+                f"was made with communication={_multi_worker['communication']!r}, and a "
+                "process can have only one"
+            )
+        return _multi_worker["strategy"]
+    implementation = {
+        "auto": tf.distribute.experimental.CommunicationImplementation.AUTO,
+        "ring": tf.distribute.experimental.CommunicationImplementation.RING,
+        "nccl": tf.distribute.experimental.CommunicationImplementation.NCCL,
+    }[communication]
+    strategy = _MultiWorkerMirroredStrategy(
+        communication_options=tf.distribute.experimental.CommunicationOptions(
+            implementation=implementation
+        )
+    )
+    _multi_worker.update(strategy=strategy, communication=communication)
+    return strategy
 
 
 def _tpu_strategy(tpu, connect_timeout):

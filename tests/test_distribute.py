@@ -205,12 +205,26 @@ def test_communication_chooses_the_all_reduce_implementation(
     monkeypatch.setattr(
         distribute,
         "_MultiWorkerMirroredStrategy",
-        lambda communication_options: created.append(communication_options),
+        lambda communication_options: created.append(communication_options) or object(),
     )
     for name in ("auto", "multi_worker"):
+        monkeypatch.setattr(distribute, "_multi_worker", {})  # as in a fresh process
         get_strategy(name, communication=communication)
     expected = getattr(tf.distribute.experimental.CommunicationImplementation, implementation)
     assert [options.implementation for options in created] == [expected, expected]
+
+
+def test_a_process_has_one_multi_worker_strategy(machine, monkeypatch):
+    # A second strategy's collectives would abort on the first one's keys: the first is
+    # returned again, and another communication is refused.
+    machine(tf_config=TWO_WORKERS)
+    monkeypatch.setattr(distribute, "_MultiWorkerMirroredStrategy", lambda **options: object())
+    monkeypatch.setattr(distribute, "_multi_worker", {})
+    first = get_strategy("multi_worker", communication="ring")
+    assert get_strategy("auto", communication="ring") is first
+    assert get_strategy("multi_worker", communication="ring") is first
+    with pytest.raises(ValueError, match="communication='nccl'.*communication='ring'"):
+        get_strategy("multi_worker", communication="nccl")
 
 
 def test_default_strategy_on_a_cpu_machine(machine):

@@ -7,7 +7,9 @@ The trainer talks to one object, made by `create_devices` from the run's ``strat
     devices.num_processes            # processes of the run (workers, hosts)
     devices.input_pipelines          # JAX: input pipelines of the run; TensorFlow: None
     devices.writes                   # False on all processes but one: they write no file
-    devices.check_same(what, value)  # JAX: raises unless every process has the same value
+    devices.saves_are_collective     # True: every process joins a save (the others save a
+                                     # throwaway copy)
+    devices.check_same(what, value)  # raises unless every process has the same value
     with devices.local_scope():      # work of this process alone (the writer's checkpoint)
         ...
     with devices.scope():            # build, compile, load and fit inside it
@@ -44,11 +46,16 @@ backend and what is allowed.
 import contextlib
 
 import keras
+import numpy as np
 import tensorflow as tf
 
 from keras_largebatch import distribute
 from keras_largebatch.training.config import check_strategy_config
-from keras_largebatch.training.process_group import check_same, start_process_group
+from keras_largebatch.training.process_group import (
+    check_same,
+    check_same_with,
+    start_process_group,
+)
 
 
 def create_devices(strategy, layout_map=None):
@@ -79,6 +86,8 @@ class TensorFlowDevices:
         self.num_replicas = int(strategy.num_replicas_in_sync)
         self.num_processes = distribute.describe_strategy(strategy)["num_workers"]
         self.writes = bool(strategy.extended.should_checkpoint)
+        # Saving reads and makes mirrored variables: on several workers, a collective.
+        self.saves_are_collective = self.num_processes > 1
 
     def scope(self):
         return self.strategy.scope()
@@ -88,7 +97,19 @@ class TensorFlowDevices:
         return self.strategy.distribute_datasets_from_function(dataset_fn)
 
     def check_same(self, description, value):
-        """Nothing: the workers of a multi-worker run are not compared."""
+        """Raises ValueError on every worker unless all passed an equal ``value``, naming
+        where they differ (`process_group.check_same_with`, over the strategy's all-gather).
+        A collective: every worker calls it, in the same order, so it is also a barrier. One
+        worker: does nothing."""
+        if self.num_processes > 1:
+            check_same_with(self._gather, description, value)
+
+    def _gather(self, array):
+        """``array`` of every worker, stacked in task order (each worker's first replica)."""
+        local = tf.constant(np.asarray(array).astype(np.int32)[None])
+        values = self.strategy.experimental_distribute_values_from_function(lambda _: local)
+        gathered = self.strategy.gather(values, axis=0).numpy()
+        return gathered[:: self.num_replicas // self.num_processes].astype(array.dtype)
 
     def local_scope(self):
         """A scope for work of this worker alone: the strategy's scope stays."""
@@ -184,6 +205,8 @@ class JaxDevices:
             self.num_replicas = len(self.devices)
         self.input_pipelines = strategy.input_pipelines or self.num_processes
         self.writes = self.process_index == 0
+        # The writer saves in `local_scope`, outside the distribution: no collective.
+        self.saves_are_collective = False
 
     def _mesh_shape(self, model_axis_size, named, devices_per_process):
         """``{"batch": rows, "model": model_axis_size}`` of the ModelParallel mesh; raises

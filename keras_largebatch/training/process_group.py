@@ -1,4 +1,5 @@
-"""The processes of a run on the JAX backend, one per host: their group, and what they agree on.
+"""The processes of a run on the JAX backend, one per host: their group, and what they agree on
+(`check_same`, which the workers of a TensorFlow run share through their strategy).
 
     start_process_group(strategy)      # first, before any JAX call that touches a device
     check_same("the run's config", record)   # every process, in the same order
@@ -177,18 +178,25 @@ def check_same(description, value):
     it, in the same order, so it is also a barrier. One process: does nothing."""
     import jax
 
-    if jax.process_count() == 1:
-        return
+    if jax.process_count() > 1:
+        check_same_with(_gather, description, value)
+
+
+def check_same_with(gather, description, value):
+    """`check_same` over the collective ``gather(array)``, which returns the ``array`` of
+    every process (each of the same shape and dtype) stacked in process order: JAX's here,
+    a tf.distribute strategy's for the workers of a TensorFlow run
+    (`keras_largebatch.training.devices.TensorFlowDevices.check_same`)."""
     text = json.dumps(value, sort_keys=True)
     digest = np.frombuffer(hashlib.sha256(text.encode()).digest(), np.uint8)
-    digests = _gather(digest)
+    digests = gather(digest)
     differing = [
         index for index, other in enumerate(digests) if not np.array_equal(other, digests[0])
     ]
     if not differing:
         return
     # Every process saw the same digests, so all of them take this branch together.
-    values = [json.loads(other) for other in _gather_texts(text)]
+    values = [json.loads(other) for other in _gather_texts(gather, text)]
     raise ValueError(
         f"the run's processes disagree on {description}: "
         + "; ".join(_difference(index, values[index], values[0]) for index in differing)
@@ -224,9 +232,9 @@ def _gather(array):
     return np.asarray(multihost_utils.process_allgather(array))
 
 
-def _gather_texts(text):
+def _gather_texts(gather, text):
     encoded = np.frombuffer(text.encode(), np.uint8)
-    length = int(_gather(np.array(len(encoded), np.int32)).max())
+    length = int(gather(np.array(len(encoded), np.int32)).max())
     padded = np.zeros(length, np.uint8)
     padded[: len(encoded)] = encoded
-    return [bytes(row).rstrip(b"\0").decode() for row in _gather(padded)]
+    return [bytes(row).rstrip(b"\0").decode() for row in gather(padded)]

@@ -15,6 +15,8 @@ killed at any point leaves the previous state and checkpoint intact. Paths go th
 
 import json
 import os
+import shutil
+import tempfile
 import uuid
 
 import h5py
@@ -47,11 +49,23 @@ class RunDirectory:
         writes: False on every process of a run but one (the chief of a multi-worker run,
             process 0 on JAX): they read the state but write no file.
         check_same: ``check_same(description, value)``, called by every process of the run,
-            raises on each unless all passed an equal value (`JaxDevices.check_same`); None:
-            the run's one process, or workers that are not compared.
+            raises on each unless all passed an equal value (``devices.check_same``); None:
+            the run's one process.
+        saves_are_collective: True where saving weights is a collective that every process
+            must join (``devices.saves_are_collective``: the workers of a tf.distribute
+            multi-worker run, whose variables are mirrored over all of them): a process that
+            writes no file then saves a throwaway copy, deleted at once, alongside the
+            writer's save.
     """
 
-    def __init__(self, config, recorded_config=None, writes=True, check_same=None):
+    def __init__(
+        self,
+        config,
+        recorded_config=None,
+        writes=True,
+        check_same=None,
+        saves_are_collective=False,
+    ):
         self.config = config
         self.recorded_config = recorded_config if recorded_config is not None else config.to_dict()
         self.output_dir = config.output_dir
@@ -65,6 +79,7 @@ class RunDirectory:
         self.best_path = os.path.join(self.checkpoint_dir, BEST_FILENAME)
         self.writes = writes
         self.check_same = check_same or (lambda description, value: None)
+        self.saves_are_collective = saves_are_collective
         self._writer = None
 
     def _run_config(self):
@@ -239,6 +254,7 @@ class RunDirectory:
         name = f"{CHECKPOINT_PREFIX}{state['global_step']:09d}{CHECKPOINT_SUFFIX}"
         path = os.path.join(self.checkpoint_dir, name)
         if not self.writes:
+            self._join_save(model)
             return path
         tf.io.gfile.makedirs(self.checkpoint_dir)
         temporary = os.path.join(
@@ -280,6 +296,7 @@ class RunDirectory:
         name = f"{BEST_PREFIX}{evaluation['global_step']:09d}{CHECKPOINT_SUFFIX}"
         record = dict(evaluation, checkpoint=os.path.join(self.checkpoint_dir, name))
         if not self.writes:
+            self._join_save(model)
             return record
         tf.io.gfile.makedirs(self.checkpoint_dir)
         temporary = os.path.join(self.checkpoint_dir, f"{BEST_PREFIX}partial{CHECKPOINT_SUFFIX}")
@@ -290,6 +307,20 @@ class RunDirectory:
             if old != name:
                 tf.io.gfile.remove(os.path.join(self.checkpoint_dir, old))
         return record
+
+    def _join_save(self, model):
+        """On a process that writes no file, where saving is a collective: saves ``model``'s
+        weights into a temporary directory of its own and deletes it, so that this process
+        takes part in the collectives of the writer's save, which would wait for it forever
+        (TensorFlow's multi-worker guide has every worker save, the others to temporary
+        paths)."""
+        if not self.saves_are_collective:
+            return
+        directory = tempfile.mkdtemp(prefix="keras-largebatch-throwaway-")
+        try:
+            model.save_weights(os.path.join(directory, f"throwaway{CHECKPOINT_SUFFIX}"))
+        finally:
+            shutil.rmtree(directory, ignore_errors=True)
 
     def _best_weights_names(self):
         if not tf.io.gfile.isdir(self.checkpoint_dir):

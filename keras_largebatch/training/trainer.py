@@ -110,6 +110,7 @@ class Trainer:
             recorded_config=self.plan.record,
             writes=self.devices.writes,
             check_same=self.devices.check_same,
+            saves_are_collective=self.devices.saves_are_collective,
         )
         state = self.run_directory.claim()
         if state is not None and state["complete"] and self.run_directory.has_summary():
@@ -318,7 +319,8 @@ class Trainer:
             # summary can still write the summary without training again.
             **self.summary.state(),
         }
-        # Only the writer saves, so it must do so without starting a collective.
+        # Only the writer keeps a file: on JAX it saves without starting a collective; under
+        # a multi-worker strategy, where saving is one, the others save a throwaway copy.
         with self.devices.local_scope():
             self.checkpoint = self.run_directory.save_checkpoint(self.model, state)
         self.log(f"checkpoint {self.checkpoint}")

@@ -1,0 +1,107 @@
+"""The trainer under MultiWorkerMirroredStrategy: two workers on localhost train one run.
+
+- Given different configs, both workers fail before any training, with one message naming
+  the key and both values (the workers compare what they agree on through the strategy's
+  all-gather, as JAX's processes do through theirs).
+- Given the same config, they train it to the end: a checkpoint every 4 steps and the best
+  evaluation's weights, which only the chief writes. Saving mirrored variables is a
+  collective, so the other worker joins each save with a throwaway copy; without it the
+  chief's first checkpoint aborts both.
+- Run again, both find the run complete and return its summary without training.
+
+The reference is one process: the same config trained without a strategy reaches the same
+number of steps and keeps the same files. (The losses differ: each worker reads half of the
+examples, so the global batches are not the one process's.)
+"""
+
+import json
+import os
+
+import numpy as np
+import pytest
+
+from keras_largebatch.training import trainer
+from tests.support.multiworker import run_multi_worker
+from tests.support.toy_recipe import ToyRegression, load
+
+
+class BestLossToy(ToyRegression):
+    """The toy regression evaluated every 2 steps, the weights of its lowest loss kept."""
+
+    def evaluation_interval(self, phase):
+        return 2
+
+    def evaluate(self, model):
+        evaluation = super().evaluate(model)
+        return {**evaluation, "negative_loss": -evaluation["loss"]}
+
+    def best_metric(self):
+        return "negative_loss"
+
+
+def _text(value):
+    return np.frombuffer(value.encode(), np.uint8)
+
+
+def train_on_workers(strategy, output_dir):
+    """Worker side: a config that differs on worker 1, then the run, then the run again."""
+    task = strategy.cluster_resolver.task_id
+    results = {}
+    mismatched = load(output_dir, "strategy.name=multi_worker", f"phases.0.steps={8 + 2 * task}")
+    try:
+        trainer.train(mismatched, BestLossToy(mismatched), log=lambda line: None)
+    except ValueError as error:
+        results["mismatch"] = _text(str(error))
+    config = load(output_dir, "strategy.name=multi_worker")
+    for name in ("first", "again"):
+        summary = trainer.train(config, BestLossToy(config), log=lambda line: None)
+        results[f"{name}/global_steps"] = np.array(summary["global_steps"])
+        results[f"{name}/loss"] = np.array(summary["final"]["loss"])
+    results["files"] = _text(
+        json.dumps(sorted(os.listdir(os.path.join(output_dir, "checkpoints"))))
+    )
+    return results
+
+
+@pytest.fixture(scope="module")
+def workers(tmp_path_factory):
+    output_dir = str(tmp_path_factory.mktemp("multi_worker_trainer") / "run")
+    return run_multi_worker(
+        train_on_workers, num_workers=2, kwargs={"output_dir": output_dir}, timeout=240
+    )
+
+
+@pytest.fixture(scope="module")
+def one_process(tmp_path_factory):
+    config = load(tmp_path_factory.mktemp("one_process") / "run")
+    summary = trainer.train(config, BestLossToy(config), log=lambda line: None)
+    return summary, sorted(os.listdir(os.path.join(config.output_dir, "checkpoints")))
+
+
+def test_workers_given_different_configs_both_fail_naming_the_key(workers):
+    expected = (
+        "the run's processes disagree on the run's config (start every process with the "
+        "same): process 1 has phases.0.steps=10 where process 0 has 8"
+    )
+    assert [bytes(result["mismatch"]).decode() for result in workers] == [expected] * 2
+
+
+def test_the_workers_train_the_run_to_the_end_and_keep_one_set_of_files(workers, one_process):
+    summary, files = one_process
+    for result in workers:
+        assert int(result["first/global_steps"]) == summary["global_steps"] == 12
+        # One model: the workers' final losses are the same number.
+        assert float(result["first/loss"]) == float(workers[0]["first/loss"])
+        kept = json.loads(bytes(result["files"]).decode())
+        # The best evaluation's step may differ from the one process's; one is kept.
+        assert [name for name in kept if not name.startswith("best-")] == [
+            name for name in files if not name.startswith("best-")
+        ]
+        assert len([name for name in kept if name.startswith("best-")]) == 1
+    assert "best.json" in files and "state.json" in files
+
+
+def test_a_rerun_finds_the_run_complete_on_every_worker(workers):
+    for result in workers:
+        assert int(result["again/global_steps"]) == 12
+        assert float(result["again/loss"]) == float(result["first/loss"])
