@@ -8,6 +8,8 @@
   collective, so the other worker joins each save with a throwaway copy; without it the
   chief's first checkpoint aborts both.
 - Run again, both find the run complete and return its summary without training.
+- Killed at step 5 on both workers and started again, they resume from the checkpoint of
+  step 4 and end with the uninterrupted run's loss, to the bit.
 
 The reference is one process: the same config trained without a strategy reaches the same
 number of steps and keeps the same files. (The losses differ: each worker reads half of the
@@ -17,6 +19,7 @@ examples, so the global batches are not the one process's.)
 import json
 import os
 
+import keras
 import numpy as np
 import pytest
 
@@ -43,8 +46,22 @@ def _text(value):
     return np.frombuffer(value.encode(), np.uint8)
 
 
+class KillAtStep5(keras.callbacks.Callback):
+    """Ends the run at its 5th step, as a kill would, after the checkpoint of step 4."""
+
+    def __init__(self):
+        super().__init__()
+        self.steps = 0
+
+    def on_train_batch_end(self, batch, logs=None):
+        self.steps += 1
+        if self.steps == 5:
+            raise KeyboardInterrupt("killed at step 5")
+
+
 def train_on_workers(strategy, output_dir):
-    """Worker side: a config that differs on worker 1, then the run, then the run again."""
+    """Worker side: a config that differs on worker 1, then the run, then the run again;
+    then the run in another directory, killed at step 5 and resumed."""
     task = strategy.cluster_resolver.task_id
     results = {}
     mismatched = load(output_dir, "strategy.name=multi_worker", f"phases.0.steps={8 + 2 * task}")
@@ -57,6 +74,14 @@ def train_on_workers(strategy, output_dir):
         summary = trainer.train(config, BestLossToy(config), log=lambda line: None)
         results[f"{name}/global_steps"] = np.array(summary["global_steps"])
         results[f"{name}/loss"] = np.array(summary["final"]["loss"])
+    killed = load(f"{output_dir}-killed", "strategy.name=multi_worker")
+    try:
+        trainer.train(killed, BestLossToy(killed), [KillAtStep5()], log=lambda line: None)
+    except KeyboardInterrupt:
+        pass
+    summary = trainer.train(killed, BestLossToy(killed), log=lambda line: None)
+    results["resumed/from"] = np.array(summary["resumed_from_step"])
+    results["resumed/loss"] = np.array(summary["final"]["loss"])
     results["files"] = _text(
         json.dumps(sorted(os.listdir(os.path.join(output_dir, "checkpoints"))))
     )
@@ -105,3 +130,9 @@ def test_a_rerun_finds_the_run_complete_on_every_worker(workers):
     for result in workers:
         assert int(result["again/global_steps"]) == 12
         assert float(result["again/loss"]) == float(result["first/loss"])
+
+
+def test_a_run_killed_on_both_workers_resumes_to_the_same_weights(workers):
+    for result in workers:
+        assert int(result["resumed/from"]) == 4
+        assert float(result["resumed/loss"]) == float(result["first/loss"])
