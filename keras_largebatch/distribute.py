@@ -92,8 +92,9 @@ def get_strategy(
         TypeError: `tpu` that is not a string or `tpu_connect_timeout` that is not a number.
         ValueError: an unknown `name` or `communication`, `tpu`/`devices`/`communication`
             given with a strategy that does not use them, a `tpu_connect_timeout` <= 0, a
-            malformed `TF_CONFIG`, or a `communication` other than that of the process's
-            MultiWorkerMirroredStrategy. Raised before any device is touched.
+            malformed `TF_CONFIG`, or a `communication` (other than "auto") other than that
+            of the process's MultiWorkerMirroredStrategy. Raised before any device is
+            touched.
         RuntimeError: the requested TPU cannot be found or reached.
     """
     check_choice("name", name, STRATEGY_NAMES)
@@ -403,9 +404,10 @@ def _multi_worker_strategy(communication):
     on the next ones. A second strategy would configure the runtime's collectives again, and
     its collective keys would restart where the first one's are still in use: its first
     collective aborts ("Delete called on non-empty BufRendezvous"). So a process that trains
-    twice (pretraining, then fine-tuning) trains both on the first."""
+    twice (pretraining, then fine-tuning) trains both on the first. ``communication="auto"``
+    takes the strategy as it was made; another value must be the one it was made with."""
     if "strategy" in _multi_worker:
-        if _multi_worker["communication"] != communication:
+        if communication not in ("auto", _multi_worker["communication"]):
             raise ValueError(
                 f"communication={communication!r}: this process's MultiWorkerMirroredStrategy "
                 f"was made with communication={_multi_worker['communication']!r}, and a "

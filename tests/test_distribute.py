@@ -216,13 +216,15 @@ def test_communication_chooses_the_all_reduce_implementation(
 
 def test_a_process_has_one_multi_worker_strategy(machine, monkeypatch):
     # A second strategy's collectives would abort on the first one's keys: the first is
-    # returned again, and another communication is refused.
+    # returned again, and another explicit communication is refused.
     machine(tf_config=TWO_WORKERS)
     monkeypatch.setattr(distribute, "_MultiWorkerMirroredStrategy", lambda **options: object())
     monkeypatch.setattr(distribute, "_multi_worker", {})
     first = get_strategy("multi_worker", communication="ring")
     assert get_strategy("auto", communication="ring") is first
     assert get_strategy("multi_worker", communication="ring") is first
+    # The trainer's call, which names no communication, takes the strategy as it was made.
+    assert get_strategy("multi_worker") is first
     with pytest.raises(ValueError, match="communication='nccl'.*communication='ring'"):
         get_strategy("multi_worker", communication="nccl")
 

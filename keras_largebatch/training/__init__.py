@@ -1,6 +1,7 @@
 """Running any recipe. The run config goes one way through these modules:
 
-* `config`: run configs (dataclasses, YAML, ``key=value`` overrides), validated at load.
+* `config`: run configs (dataclasses of the settings and their checks), validated at load;
+  `config_loading` reads them from YAML and ``key=value`` overrides.
 * `plan`: the config resolved once, for the replicas present, into a frozen plan.
 * `recipe`: the interface a task implements; its per-phase methods receive the phase's plan.
 * `trainer`: the `Trainer`, which runs a recipe's phases on the devices (`devices`), in its run

@@ -105,8 +105,11 @@ class TensorFlowDevices:
             check_same_with(self._gather, description, value)
 
     def _gather(self, array):
-        """``array`` of every worker, stacked in task order (each worker's first replica)."""
-        local = tf.constant(np.asarray(array).astype(np.int32)[None])
+        """``array`` of every worker, stacked in task order (each worker's first replica).
+        Sent as float32, which every collective implementation carries (NCCL included; an
+        int32 tensor would live in host memory) and which holds the bytes and lengths
+        `check_same_with` sends exactly."""
+        local = tf.constant(np.asarray(array).astype(np.float32)[None])
         values = self.strategy.experimental_distribute_values_from_function(lambda _: local)
         gathered = self.strategy.gather(values, axis=0).numpy()
         return gathered[:: self.num_replicas // self.num_processes].astype(array.dtype)

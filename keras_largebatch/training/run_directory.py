@@ -105,7 +105,7 @@ class RunDirectory:
         self.check_same(
             f"what output_dir {self.output_dir!r} holds (every process must see the same "
             "files: a shared file system or gs://)",
-            {"state": state, "refused": refusal},
+            {"state": state, "refused": refusal, "summary": self.has_summary()},
         )
         if refusal is not None:
             raise ValueError(refusal)

@@ -17,8 +17,8 @@ what an uninterrupted run reads and gives the same weights (when the model has n
 its own, such as dropout, whose random state is not checkpointed). A run that completed reports
 its stored summary and trains nothing. Under MultiWorkerMirroredStrategy only the chief writes
 checkpoints, logs and the summary, and on JAX only process 0; every worker or process resumes
-from the same state file. The processes of a JAX run check first that they were given the same
-config, then that they read the same run directory.
+from the same state file. The processes of a run check first that they were given the same
+config, then that they read the same run directory, and return once the summary is written.
 
 One Keras epoch is one logging window of ``log_interval`` optimizer steps, so the metrics Keras
 resets at each epoch are the window's means.
@@ -167,6 +167,8 @@ class Trainer:
         )
         summary.update(self.recipe.summary())
         self.run_directory.write_summary(summary)
+        # A barrier: no process returns (to read the summary, say) before the writer wrote it.
+        self.devices.check_same("the run's end", summary["global_steps"])
         return summary
 
     def _resume_point(self, state):

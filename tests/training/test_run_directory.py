@@ -140,7 +140,10 @@ def test_the_processes_compare_what_they_read_before_the_writer_changes_anything
     overwriting = RunDirectory(load(tmp_path, "overwrite=true"), check_same=check_same)
     assert overwriting.claim() is None
     assert compared == [
-        ({"state": None, "refused": None}, ["ckpt-000000004.weights.h5", "state.json"])
+        (
+            {"state": None, "refused": None, "summary": False},
+            ["ckpt-000000004.weights.h5", "state.json"],
+        )
     ]
     assert os.listdir(tmp_path / "checkpoints") == []
     # A refusal is compared too, then raised: no process is left waiting for the others.

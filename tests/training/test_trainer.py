@@ -319,3 +319,24 @@ def test_evaluations_and_a_reached_target_end_the_run(tmp_path):
     lines = []
     assert trainer.train(config, ToyRegression(config, 4, target), log=lines.append) == summary
     assert "already complete (6 steps)" in lines[0]
+
+
+def test_the_processes_meet_before_training_and_after_the_summary(tmp_path, monkeypatch):
+    # What every process of a run compares, in order; the last meeting comes once the writer
+    # wrote the summary, so that no process returns before it is on disk.
+    from keras_largebatch.training.devices import TensorFlowDevices
+
+    met = []
+
+    def check_same(self, description, value):
+        met.append((description.split(" (")[0], os.path.exists(tmp_path / "summary.json")))
+
+    monkeypatch.setattr(TensorFlowDevices, "check_same", check_same)
+    config = load(tmp_path)
+    trainer.train(config, ToyRegression(config), log=lambda line: None)
+    assert [description for description, _ in met] == [
+        "the run's config",
+        f"what output_dir {str(tmp_path)!r} holds",
+        "the run's end",
+    ]
+    assert [written for _, written in met] == [False, False, True]
