@@ -200,6 +200,8 @@ class Verdict(NamedTuple):
     refuted: bool
     compared_batch_sizes: list  # batch sizes where both cells are complete
     unequal_budgets: list  # of those, where one cell's budget was doubled and not the other's
+    faster_batch_sizes: list  # where the layer-wise median is > REFUTE_RATIO x faster
+    more_accurate_batch_sizes: list  # where its median test accuracy tops the baseline's seeds
 
 
 def verdict(cells, fits, config, layerwise, baseline):
@@ -216,8 +218,7 @@ def verdict(cells, fits, config, layerwise, baseline):
     other, and is listed.
     """
     target = config.primary_target
-    compared, confirming, unequal = [], [], []
-    refuted = True
+    compared, confirming, unequal, faster_sizes, accurate_sizes = [], [], [], [], []
     for batch_size in config.batch_sizes:
         ours, theirs = cells.get((layerwise, batch_size)), cells.get((baseline, batch_size))
         if ours is None or theirs is None:
@@ -239,8 +240,10 @@ def verdict(cells, fits, config, layerwise, baseline):
         above = accuracy is not None and (
             baseline_accuracy is None or accuracy.median > baseline_accuracy.high
         )
-        if speedup > REFUTE_RATIO or above:
-            refuted = False
+        if speedup > REFUTE_RATIO:
+            faster_sizes.append(batch_size)
+        if above:
+            accurate_sizes.append(batch_size)
     ours_fit, their_fit = fits.get(layerwise), fits.get(baseline)
     critical_above = None
     if ours_fit is not None and their_fit is not None:
@@ -248,15 +251,18 @@ def verdict(cells, fits, config, layerwise, baseline):
     elif ours_fit is not None and steps_reached_only_by(cells, layerwise, baseline, target):
         critical_above = True
     confirmed = len(confirming) >= 2 and bool(critical_above)
+    refuted = bool(compared) and not faster_sizes and not accurate_sizes
     return Verdict(
         layerwise,
         baseline,
         confirming,
         critical_above,
         confirmed,
-        refuted and bool(compared),
+        refuted,
         compared,
         unequal,
+        faster_sizes,
+        accurate_sizes,
     )
 
 

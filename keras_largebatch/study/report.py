@@ -73,25 +73,41 @@ def _flags(result):
     return "; ".join(flags)
 
 
-def _verdict_line(item, fits, decided=True):
+def _verdict_line(item, fits, config, decided=True):
+    """One pair's line: its state, then each part of both criteria and whether it held."""
     label, baseline = OPTIMIZERS[item.layerwise].label, OPTIMIZERS[item.baseline].label
     state = "confirmed" if item.confirmed else "refuted" if item.refuted else "neither"
     if not decided:
         state = "not decided yet"
-    parts = []
-    for name in (item.layerwise, item.baseline):
+
+    def sizes(values):
+        return ", ".join(str(size) for size in values) or "none"
+
+    def critical(name):
         fit = fits.get(name)
-        value = "no fit" if fit is None else _interval(fit.critical_batch_size, fit.low, fit.high)
-        parts.append(f"{OPTIMIZERS[name].label} B_crit {value}")
-    sizes = ", ".join(str(size) for size in item.confirming_batch_sizes) or "none"
-    if item.unequal_budgets:
-        unequal = ", ".join(str(size) for size in item.unequal_budgets)
-        parts.append(f"compared under different budgets (one cell's doubled) at {unequal}")
-    return (
-        f"- **{label} against {baseline}: {state}.** Batch sizes where {label} needs <= "
-        f"{analysis.CONFIRM_RATIO:g}x the steps with the seed ranges apart: {sizes}; "
-        f"{'; '.join(parts)}."
+        return "no fit" if fit is None else _interval(fit.critical_batch_size, fit.low, fit.high)
+
+    above = {True: "above", False: "not above", None: "not compared"}[item.critical_above]
+    confirm = (
+        f"To confirm: batch sizes >= {config.criteria_min_batch_size} where {label} needs <= "
+        f"{analysis.CONFIRM_RATIO:g}x the steps with the seed ranges apart: "
+        f"{sizes(item.confirming_batch_sizes)} (two needed); {label} B_crit "
+        f"{critical(item.layerwise)} against {baseline} B_crit {critical(item.baseline)}: "
+        f"{above}."
     )
+    refute = (
+        f"To refute (neither at any batch size): {label} more than "
+        f"{analysis.REFUTE_RATIO:g}x faster at {sizes(item.faster_batch_sizes)}; its median "
+        f"test accuracy above {baseline}'s highest seed at "
+        f"{sizes(item.more_accurate_batch_sizes)}."
+    )
+    parts = [confirm, refute]
+    if item.unequal_budgets:
+        parts.append(
+            "Compared under different budgets (one cell's doubled) at "
+            f"{sizes(item.unequal_budgets)}."
+        )
+    return f"- **{label} against {baseline}: {state}.** " + " ".join(parts)
 
 
 def markdown(config, cells, incomplete, fits, noise, verdicts, link_prefix=""):
@@ -105,7 +121,7 @@ def markdown(config, cells, incomplete, fits, noise, verdicts, link_prefix=""):
         "#### Which criteria held",
         "",
     ]
-    lines += [_verdict_line(item, fits, decided=not incomplete) for item in verdicts] or [
+    lines += [_verdict_line(item, fits, config, decided=not incomplete) for item in verdicts] or [
         "- No pair was studied."
     ]
     if verdicts and incomplete:

@@ -123,13 +123,21 @@ def test_the_claim_is_refuted_when_the_generic_optimizer_is_as_fast_and_as_accur
     lamb = {size: 0.95 * steps for size, steps in model(100, 500).items()}  # 1.05x faster
     item = verdict_of({"lamb": lamb, "adamw": model(100, 500)})
     assert item.refuted and not item.confirmed and item.compared_batch_sizes == BATCH_SIZES
-    # 1.2x faster at one batch size: not refuted (nor confirmed).
+    assert item.faster_batch_sizes == [] and item.more_accurate_batch_sizes == []
+    # 1.2x faster at one batch size: not refuted (nor confirmed), and the report says where.
     lamb[2048] = model(100, 500)[2048] / 1.2
-    assert not verdict_of({"lamb": lamb, "adamw": model(100, 500)}).refuted
+    item = verdict_of({"lamb": lamb, "adamw": model(100, 500)})
+    assert not item.refuted and item.faster_batch_sizes == [2048]
     # As fast, but more accurate than every AdamW seed at one batch size: not refuted.
     accuracy = {("lamb", 4096): (0.93, 0.93, 0.93), ("adamw", 4096): (0.90, 0.91, 0.92)}
     item = verdict_of({"lamb": model(100, 500), "adamw": model(100, 500)}, accuracy=accuracy)
-    assert not item.refuted
+    assert not item.refuted and item.faster_batch_sizes == []
+    assert item.more_accurate_batch_sizes == [4096]
+    config = config_lib.preset("full", optimizers=["adamw", "lamb"], batch_sizes=BATCH_SIZES)
+    line = report._verdict_line(item, {}, config)
+    assert line.startswith("- **LAMB against AdamW: neither.**")
+    assert "LAMB more than 1.1x faster at none; its median test accuracy above AdamW's " in line
+    assert "highest seed at 4096." in line and "B_crit no fit against AdamW B_crit no fit" in line
 
 
 def test_a_pair_compared_under_different_budgets_is_listed():
@@ -141,8 +149,8 @@ def test_a_pair_compared_under_different_budgets_is_listed():
     }
     (item,) = analysis.verdicts(cells, fits, config)
     assert item.unequal_budgets == [2048] and item.compared_batch_sizes == BATCH_SIZES
-    line = report._verdict_line(item, fits)
-    assert "compared under different budgets (one cell's doubled) at 2048" in line
+    line = report._verdict_line(item, fits, config)
+    assert "Compared under different budgets (one cell's doubled) at 2048." in line
 
 
 def test_a_baseline_that_misses_the_target_at_large_batch_counts_as_slower():
