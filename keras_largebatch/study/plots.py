@@ -30,20 +30,23 @@ def _batch_axis(axes, batch_sizes):
 
 
 def _series(cells, optimizer, value):
+    """``(batch size, spread, cell)`` of ``optimizer``'s cells whose median is finite."""
     points = []
     for (name, batch_size), result in sorted(cells.items()):
         spread = value(result)
         if name == optimizer and spread is not None and spread.median < math.inf:
-            points.append((batch_size, spread))
+            points.append((batch_size, spread, result))
     return points
 
 
-def _error_bars(axes, points, label, top):
-    medians = [spread.median for _, spread in points]
-    below = [spread.median - spread.low for _, spread in points]
-    above = [min(spread.high, top) - spread.median for _, spread in points]
+def _error_bars(axes, points, label, tops):
+    """Medians with the seeds' range; a range is drawn up to ``tops`` (one per point) at
+    most."""
+    medians = [spread.median for _, spread, _ in points]
+    below = [spread.median - spread.low for _, spread, _ in points]
+    above = [min(spread.high, top) - spread.median for (_, spread, _), top in zip(points, tops)]
     return axes.errorbar(
-        [batch_size for batch_size, _ in points],
+        [batch_size for batch_size, _, _ in points],
         medians,
         yerr=[below, above],
         marker="o",
@@ -66,20 +69,37 @@ def _noise_at_target(noise):
 
 
 def plot_steps(config, cells, fits, noise, path):
-    """Median steps to the primary target against batch size (seed ranges as error bars),
-    per optimizer, with the fits, perfect scaling from the fewest median steps at the
+    """Median steps to the primary target against batch size (seed ranges as error bars; a
+    seed that missed the target ends its range at the cell's budget, with a triangle), per
+    optimizer, with the fits, perfect scaling from the fewest median steps at the
     smallest batch reached, and ``B_simple`` at the target."""
     target = config.primary_target
     figure = Figure(figsize=(7.2, 5.0))
     axes = figure.add_subplot()
-    reached = []
-    top = 4 * max(config.step_budget(size) for size in config.batch_sizes)
+    reached, missed = [], False
     for name in config.optimizers:
         points = _series(cells, name, lambda result: result.steps[target])
         if not points:
             continue
         reached += points
-        line = _error_bars(axes, points, OPTIMIZERS[name].label, top)
+        # A seed that never reached the target took more than its cell's budget: its range
+        # ends at the budget, marked by a triangle.
+        budgets = [result.progress.step_budget for _, _, result in points]
+        line = _error_bars(axes, points, OPTIMIZERS[name].label, budgets)
+        beyond = [
+            (batch_size, budget)
+            for (batch_size, spread, _), budget in zip(points, budgets)
+            if spread.high == math.inf
+        ]
+        if beyond:
+            missed = True
+            axes.plot(
+                [batch_size for batch_size, _ in beyond],
+                [budget for _, budget in beyond],
+                linestyle="none",
+                marker="^",
+                color=line[0].get_color(),
+            )
         fit = fits.get(name)
         if fit is not None and fit.critical_batch_size < math.inf:
             sizes = [size for size in config.batch_sizes]
@@ -90,9 +110,11 @@ def plot_steps(config, cells, fits, noise, path):
                 linestyle=":",
                 linewidth=1,
             )
+    if missed:
+        axes.plot([], [], linestyle="none", marker="^", color="gray", label="a seed missed it")
     if reached:
-        smallest = min(batch_size for batch_size, _ in reached)
-        steps = min(spread.median for batch_size, spread in reached if batch_size == smallest)
+        smallest = min(batch_size for batch_size, _, _ in reached)
+        steps = min(spread.median for batch_size, spread, _ in reached if batch_size == smallest)
         sizes = [size for size in config.batch_sizes if size >= smallest]
         axes.plot(
             sizes,
@@ -123,7 +145,7 @@ def plot_accuracy(config, cells, path):
     for name in config.optimizers:
         points = _series(cells, name, lambda result: result.test_accuracy)
         if points:
-            _error_bars(axes, points, OPTIMIZERS[name].label, top=1.0)
+            _error_bars(axes, points, OPTIMIZERS[name].label, [1.0] * len(points))
     _batch_axis(axes, config.batch_sizes)
     axes.set_ylabel("test accuracy at the end of the budget")
     axes.grid(True, alpha=0.3)
