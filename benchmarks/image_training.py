@@ -56,7 +56,7 @@ def write_synthetic_records(directory, num_images, num_files, height, width, num
             ),
         }
         example = tf.train.Example(features=tf.train.Features(feature=feature))
-        writers[index % num_files].write(example.SerializeToString())
+        writers[index % num_files].write(example.SerializeToString(deterministic=True))
     for writer in writers:
         writer.close()
     return os.path.join(directory, "train-*")

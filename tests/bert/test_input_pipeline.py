@@ -62,7 +62,7 @@ def _hand_record(
         feature["masked_lm_ids"] = _int64(values["masked_lm_ids"])
         feature["masked_lm_weights"] = _float(values["masked_lm_weights"])
     example = tf.train.Example(features=tf.train.Features(feature=feature))
-    return example.SerializeToString(), values
+    return example.SerializeToString(deterministic=True), values
 
 
 def _write(path, records):
@@ -321,7 +321,7 @@ def test_error_when_a_feature_is_missing(tmp_path):
     example = tf.train.Example.FromString(serialized)
     del example.features.feature["masked_lm_weights"]
     good, _ = _write_files(tmp_path, num_files=1, per_file=1)
-    bad = _write(tmp_path / "bad.tfrecord", [(example.SerializeToString(), None)])
+    bad = _write(tmp_path / "bad.tfrecord", [(example.SerializeToString(deterministic=True), None)])
     with pytest.raises(ValueError, match=f"record file '{bad}' lacks feature 'masked_lm_weights'"):
         input_pipeline.make_pretraining_dataset(good + [bad], SEQ_LENGTH, MAX_PREDICTIONS, 2)
 

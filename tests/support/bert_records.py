@@ -52,7 +52,9 @@ def synthetic_example(
             feature[name] = tf.train.Feature(
                 int64_list=tf.train.Int64List(value=[int(v) for v in value])
             )
-    return tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString()
+    # Deterministic, as the package's writer is: the same records in every process.
+    example = tf.train.Example(features=tf.train.Features(feature=feature))
+    return example.SerializeToString(deterministic=True)
 
 
 def write_records(

@@ -53,7 +53,10 @@ def image_example(image_bytes, label, height, width, drop=(), overrides=None):
     feature.update(overrides or {})
     for name in drop:
         del feature[name]
-    return tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString()
+    # Deterministic: a protobuf map's serialized order otherwise varies between processes, and
+    # the training crops are seeded by the record's bytes, so each process trained on other crops.
+    example = tf.train.Example(features=tf.train.Features(feature=feature))
+    return example.SerializeToString(deterministic=True)
 
 
 def write_imagenet_records(path, labels, height=32, width=40, drop=(), overrides=None, corrupt=()):

@@ -227,7 +227,12 @@ def write_image_records(directory):
 def small_image_config(output_dir, train_files, eval_files, *overrides):
     """The config of the image recipe's small ResNet with LARS on the records of
     `write_image_records`, 4 steps of 8 images with an evaluation at the end, under
-    DataParallel; ``overrides`` last."""
+    DataParallel; ``overrides`` last.
+
+    The peak rate is 0.1: LARS leaves the batch-norm scales and offsets unadapted, so they take
+    plain momentum steps at it, and at 1.0 they amplified the round-off of another summation
+    order (2 devices against 1) to 7e-4 relative once on CI, past the comparisons' bounds.
+    """
     from keras_largebatch.vision import config as config_lib
 
     return config_lib.load_config(
@@ -243,7 +248,7 @@ def small_image_config(output_dir, train_files, eval_files, *overrides):
             "phases.0.global_batch_size=8",
             "phases.0.steps=4",
             "phases.0.warmup_epochs=0.25",
-            "phases.0.peak_learning_rate=1.0",
+            "phases.0.peak_learning_rate=0.1",
             "log_interval=2",
             "checkpoint_interval=2",
             "eval_interval=4",
