@@ -201,9 +201,11 @@ def test_two_replicas_equal_one_device(tmp_path, records, one_device):
     compared = 0
     for name, value in checkpoint_arrays(summary["checkpoint"]).items():
         # Six LARS steps at rate 1.0 amplify the round-off of the replicas' other summation
-        # order (and oneDNN's, which varies between runs): one batch-norm offset once ended
-        # 5.5e-4 apart relative in a full-suite run. A gradient summed over the wrong number of
-        # replicas moves the unadapted batch-norm variables by far more.
+        # order: one batch-norm offset once ended 5.5e-4 apart relative in a full-suite run,
+        # while the test records' bytes, and so the crops, still differed between processes.
+        # With them fixed, three processes gave the same gap, 0.0017 of this bound. A gradient
+        # summed over the wrong number of replicas moves the unadapted batch-norm variables by
+        # far more.
         np.testing.assert_allclose(value, reference[name], rtol=1e-3, atol=1e-4, err_msg=name)
         compared += 1
     assert compared > 30
