@@ -30,6 +30,8 @@ import os
 
 import tensorflow as tf
 
+from keras_largebatch import _files
+
 # The run directory's cache of record counts (`RecordCounts`).
 RECORD_COUNTS_FILENAME = "record_counts.json"
 # Windows of an epoch are numbered below this, so that (epoch, window) is one int64 of a seed.
@@ -327,17 +329,16 @@ class RecordCounts:
         if not (self.writes and self.cache_file):
             return
         merged = {**self._cached(), **self._known}
-        temporary = f"{self.cache_file}.tmp"
-        with tf.io.gfile.GFile(temporary, "w") as stream:
-            json.dump(
+        _files.write_text(
+            self.cache_file,
+            json.dumps(
                 {
                     path: {"records": records, "bytes": size}
                     for path, (records, size) in sorted(merged.items())
                 },
-                stream,
                 indent=1,
-            )
-        tf.io.gfile.rename(temporary, self.cache_file, overwrite=True)
+            ),
+        )
 
 
 def _size(path):

@@ -20,6 +20,8 @@ import os
 import pydoc_data.topics
 import re
 
+from keras_largebatch import _files
+
 # Pure-Python modules with long prose docstrings, present in CPython 3.10 through 3.13. Listed
 # explicitly (not discovered) so the corpus does not depend on what else is installed.
 DOCSTRING_MODULES = (
@@ -156,9 +158,7 @@ def write_default_corpus(output_dir):
     os.makedirs(output_dir, exist_ok=True)
     path = os.path.join(output_dir, DEFAULT_CORPUS_FILENAME)
     text = "\n\n".join("\n".join(sentences) for sentences in default_corpus_documents())
-    with open(path, "w", encoding="utf-8") as corpus_file:
-        corpus_file.write(text + "\n")
-    return path
+    return _files.write_text(path, text + "\n")
 
 
 def _module_docstrings(module_name):

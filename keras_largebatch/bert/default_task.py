@@ -27,11 +27,9 @@ import math
 import os
 import random
 import re
-import shutil
 import sysconfig
-import uuid
 
-from keras_largebatch import _checks
+from keras_largebatch import _checks, _files
 from keras_largebatch.bert import corpus
 
 # Standard-library modules with long prose docstrings that the pretraining corpus does not
@@ -268,24 +266,13 @@ def write_default_task(
     contents = {f"{split}.tsv": _tsv_text(rows) for split, rows in splits.items()}
     if os.path.isdir(output_dir) and os.listdir(output_dir):
         return _same_task_or_raise(output_dir, contents)
-    parent = os.path.dirname(os.path.abspath(output_dir))
-    os.makedirs(parent, exist_ok=True)
-    temporary_dir = os.path.join(
-        parent, f".{os.path.basename(os.path.abspath(output_dir))}.tmp-{uuid.uuid4().hex}"
-    )
-    os.makedirs(temporary_dir)
     try:
-        for filename, text in contents.items():
-            with open(os.path.join(temporary_dir, filename), "w", encoding="utf-8") as tsv_file:
-                tsv_file.write(text)
-        # Replaces output_dir only if it is absent or empty (POSIX rename).
-        os.rename(temporary_dir, output_dir)
-    except OSError:
-        shutil.rmtree(temporary_dir, ignore_errors=True)
-        if os.path.isdir(output_dir) and os.listdir(output_dir):
-            # Another process wrote it first.
-            return _same_task_or_raise(output_dir, contents)
-        raise
+        with _files.new_directory(output_dir) as temporary_dir:
+            for filename, text in contents.items():
+                _files.write_text(os.path.join(temporary_dir, filename), text)
+    except FileExistsError:
+        # Another process wrote it first.
+        return _same_task_or_raise(output_dir, contents)
     return output_dir
 
 

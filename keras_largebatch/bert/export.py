@@ -30,11 +30,9 @@ it was).
 import dataclasses
 import json
 import os
-import shutil
 import sys
-import uuid
 
-from keras_largebatch import _checks, _extras
+from keras_largebatch import _checks, _extras, _files
 from keras_largebatch._logging import ProgressLog, quiet_tensorflow_logs
 from keras_largebatch.training import command
 
@@ -123,7 +121,8 @@ def export_preset(run_dir, preset_dir, step=None, sequence_length=None, log=None
         "lowercase": tokenizer.lowercase,
         "strip_accents": tokenizer.strip_accents,
     }
-    _write_atomically(preset_dir, lambda directory: _save(directory, backbone, tokenizer, exported))
+    with _files.new_directory(preset_dir) as directory:
+        _save(directory, backbone, tokenizer, exported)
     log(f"wrote {preset_dir}: sequence length {sequence_length}, dtype {exported['dtype']}")
     return exported
 
@@ -356,25 +355,6 @@ def _readme(exported, weights_dtype):
         "at the one `config.json` records.",
     ]
     return "\n".join(lines) + "\n"
-
-
-def _write_atomically(directory, write):
-    """Calls ``write(temporary)`` on a new sibling directory of ``directory``, then renames it
-    to ``directory`` (replacing it only if it is an empty directory); removes the temporary
-    directory if anything fails."""
-    path = os.path.abspath(directory)
-    parent = os.path.dirname(path)
-    os.makedirs(parent, exist_ok=True)
-    temporary = os.path.join(parent, f".{os.path.basename(path)}.tmp-{uuid.uuid4().hex}")
-    os.mkdir(temporary)
-    try:
-        write(temporary)
-        if os.path.isdir(path):
-            os.rmdir(path)  # only an empty directory: rmdir refuses any other
-        os.rename(temporary, path)
-    except BaseException:
-        shutil.rmtree(temporary, ignore_errors=True)
-        raise
 
 
 def build_parser():

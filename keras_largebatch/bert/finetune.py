@@ -33,7 +33,7 @@ import shutil
 import sys
 import time
 
-from keras_largebatch import _extras
+from keras_largebatch import _extras, _files
 from keras_largebatch._logging import ProgressLog
 from keras_largebatch.training import command
 
@@ -112,7 +112,6 @@ def run_embedded_default(config, pretrain_config=None, callbacks=(), log=None):
     """
     from keras_largebatch.bert import config as pretrain_config_lib
     from keras_largebatch.bert import default_task, export, glue, pretrain
-    from keras_largebatch.training.run_directory import write_atomically
 
     start_time = time.perf_counter()
     if not config.is_embedded_default():
@@ -162,7 +161,7 @@ def run_embedded_default(config, pretrain_config=None, callbacks=(), log=None):
         glue_dir=glue_dir,
         wall_time_seconds=time.perf_counter() - start_time,
     )
-    write_atomically(
+    _files.write_text(
         os.path.join(output_dir, COMPARISON_FILENAME), json.dumps(comparison, indent=2)
     )
     for line in describe_comparison(comparison):

@@ -20,6 +20,7 @@ import sys
 
 import tensorflow as tf
 
+from keras_largebatch import _files
 from keras_largebatch._checks import check_bool, check_integer, check_optional_integer
 from keras_largebatch._logging import ProgressLog
 from keras_largebatch.bert import corpus as corpus_lib
@@ -286,7 +287,7 @@ def _create(input_paths, output_dir, config, options, num_workers, progress):
     for shard_index, path in enumerate(record_files):
         shard_records = serialized[shard_index :: len(record_files)]
         records_per_file.append(len(shard_records))
-        with tf.io.TFRecordWriter(path) as writer:
+        with _files.replacing(path) as temporary, tf.io.TFRecordWriter(temporary) as writer:
             for record in shard_records:
                 writer.write(record)
         progress(
@@ -294,8 +295,9 @@ def _create(input_paths, output_dir, config, options, num_workers, progress):
             f"({len(shard_records)} examples)"
         )
     manifest_file = os.path.join(output_dir, MANIFEST_FILENAME)
-    with open(manifest_file, "w", encoding="utf-8") as manifest:
-        json.dump(
+    _files.write_text(
+        manifest_file,
+        json.dumps(
             {
                 "config": config,
                 "vocab_file": vocab_file,
@@ -304,9 +306,9 @@ def _create(input_paths, output_dir, config, options, num_workers, progress):
                 # Where a training position falls (`keras_largebatch.input_order`).
                 "records_per_file": records_per_file,
             },
-            manifest,
             indent=2,
-        )
+        ),
+    )
     progress(f"done: {len(serialized)} examples")
     return PretrainingData(record_files, vocab_file, len(serialized), manifest_file, config)
 

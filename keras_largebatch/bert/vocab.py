@@ -13,7 +13,7 @@ import os
 
 import tensorflow as tf
 
-from keras_largebatch import _extras
+from keras_largebatch import _extras, _files
 
 PAD_TOKEN = "[PAD]"
 UNK_TOKEN = "[UNK]"
@@ -79,9 +79,7 @@ def save_vocabulary(vocabulary, path):
     directory = os.path.dirname(path)
     if directory:
         os.makedirs(directory, exist_ok=True)
-    with open(path, "w", encoding="utf-8") as vocabulary_file:
-        vocabulary_file.write("".join(token + "\n" for token in vocabulary))
-    return path
+    return _files.write_text(path, "".join(token + "\n" for token in vocabulary))
 
 
 def load_vocabulary(path):

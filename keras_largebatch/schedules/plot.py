@@ -8,7 +8,7 @@
 import keras
 import numpy as np
 
-from keras_largebatch import _extras
+from keras_largebatch import _extras, _files
 from keras_largebatch._checks import check_integer, check_number
 from keras_largebatch.schedules.multi_phase import MultiPhaseSchedule
 
@@ -65,7 +65,8 @@ def plot_schedule(schedule, output_path, total_steps=None, num_points=1000, titl
     axes.set_title(title or type(schedule).__name__)
     axes.grid(alpha=0.3)
     figure.tight_layout()
-    figure.savefig(output_path, format="png", dpi=100)
+    with _files.replacing(output_path) as temporary:
+        figure.savefig(temporary, format="png", dpi=100)
     plt.close(figure)
     return steps, learning_rates
 

@@ -16,6 +16,8 @@ import os
 
 import numpy as np
 
+from keras_largebatch import _files
+
 LEDGER = "trials.csv"
 SETTINGS = "study.json"
 
@@ -114,11 +116,7 @@ def _drop_partial_last_line(path):
     with open(path, "rb") as stream:
         content = stream.read()
     if content and not content.endswith(b"\n"):
-        kept = content[: content.rfind(b"\n") + 1]
-        temporary = path + ".partial"
-        with open(temporary, "wb") as stream:
-            stream.write(kept)
-        os.replace(temporary, path)
+        _files.write_bytes(path, content[: content.rfind(b"\n") + 1])
         return True
     return False
 
@@ -172,11 +170,7 @@ def prepare(output_dir, settings, overwrite=False, report_files=()):
             if os.path.exists(path):
                 os.remove(path)
                 notes.append(f"overwrite: removed {path}")
-    temporary = settings_path + ".partial"
-    with open(temporary, "w") as stream:
-        json.dump(settings, stream, indent=2)
-        stream.write("\n")
-    os.replace(temporary, settings_path)
+    _files.write_text(settings_path, json.dumps(settings, indent=2) + "\n")
     return [], notes
 
 

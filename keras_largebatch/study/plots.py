@@ -5,21 +5,20 @@ the smallest batch's runs against the fitted ``B_crit`` (McCandlish et al., arXi
 Each is written from what `keras_largebatch.study.analysis` made of the ledger."""
 
 import math
-import os
 import statistics
 
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
+from keras_largebatch import _files
 from keras_largebatch.study import measures
 from keras_largebatch.study.optimizers import OPTIMIZERS
 
 
 def _save(figure, path):
     FigureCanvasAgg(figure)
-    temporary = path + ".partial.png"
-    figure.savefig(temporary, dpi=100)
-    os.replace(temporary, path)
+    with _files.replacing(path, suffix=".png") as temporary:
+        figure.savefig(temporary, dpi=100)
 
 
 def _batch_axis(axes, batch_sizes):

@@ -8,6 +8,7 @@ results are the report's, never typed by hand.
 import math
 import os
 
+from keras_largebatch import _files
 from keras_largebatch.study import analysis, plots
 from keras_largebatch.study.optimizers import OPTIMIZERS
 
@@ -246,13 +247,6 @@ def markdown(config, cells, incomplete, fits, noise, verdicts, link_prefix=""):
 # === Files ===
 
 
-def _write_text(path, text):
-    temporary = path + ".partial"
-    with open(temporary, "w") as stream:
-        stream.write(text)
-    os.replace(temporary, path)
-
-
 def write_report(config, rows, output_dir):
     """Writes `FILES` into ``output_dir`` from the ledger's ``rows`` under ``config``;
     returns their paths and the Markdown."""
@@ -266,7 +260,7 @@ def write_report(config, rows, output_dir):
     verdicts = analysis.verdicts(cells, fits, config)
     text = markdown(config, cells, incomplete, fits, noise, verdicts)
     paths = [os.path.join(output_dir, name) for name in FILES]
-    _write_text(paths[0], text)
+    _files.write_text(paths[0], text)
     plots.plot_steps(config, cells, fits, noise, paths[1])
     plots.plot_accuracy(config, cells, paths[2])
     plots.plot_noise(config, noise, fits, paths[3])
@@ -303,4 +297,4 @@ def update_page(page, config, analysed, output_dir):
     prefix = os.path.relpath(output_dir, os.path.dirname(os.path.abspath(page)))
     prefix = prefix.replace(os.sep, "/") + "/"
     text = markdown(config, *analysed, link_prefix=prefix)
-    _write_text(page, "".join(lines[: begin + 1]) + text + "".join(lines[end:]))
+    _files.write_text(page, "".join(lines[: begin + 1]) + text + "".join(lines[end:]))

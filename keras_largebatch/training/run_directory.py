@@ -8,20 +8,21 @@
     OUTPUT_DIR/logs/                TensorBoard scalars at the global optimizer step
     OUTPUT_DIR/summary.json         the run's summary, written when it completes
 
-Every file is replaced atomically (written under a temporary name, then renamed), so a process
-killed at any point leaves the previous state and checkpoint intact. Paths go through
-`tf.io.gfile`, so ``gs://`` directories work like local ones.
+Every file is replaced atomically (`keras_largebatch._files`: written under a temporary name of
+its own, then renamed), so a process killed at any point leaves the previous state and
+checkpoint intact; the next run that writes here removes what such a process left half-written.
+Paths go through `tf.io.gfile`, so ``gs://`` directories work like local ones.
 """
 
 import json
 import os
 import shutil
 import tempfile
-import uuid
 
 import h5py
 import tensorflow as tf
 
+from keras_largebatch import _files
 from keras_largebatch._tensorboard import SummaryWriter
 from keras_largebatch.training.config import config_differences
 
@@ -115,8 +116,9 @@ class RunDirectory:
             elif state is None:
                 # A best kept by a run that wrote no checkpoint belongs to no run that resumes.
                 self._remove_best_files()
+            self._remove_partial_saves()
             tf.io.gfile.makedirs(self.output_dir)
-            write_atomically(self.config_path, json.dumps(self._run_config(), indent=2))
+            _files.write_text(self.config_path, json.dumps(self._run_config(), indent=2))
         return state
 
     def _resumable_state(self):
@@ -161,6 +163,15 @@ class RunDirectory:
         for path in (self.summary_path, self.config_path):
             if tf.io.gfile.exists(path):
                 tf.io.gfile.remove(path)
+
+    def _remove_partial_saves(self):
+        """Deletes the weights files that a process killed while saving left half-written."""
+        if not tf.io.gfile.isdir(self.checkpoint_dir):
+            return
+        for name in tf.io.gfile.listdir(self.checkpoint_dir):
+            target = _files.target_of(name)
+            if target and target.startswith((CHECKPOINT_PREFIX, BEST_PREFIX)):
+                _files.remove(os.path.join(self.checkpoint_dir, name))
 
     def _checkpoint_names(self, include_unreadable=False):
         if not tf.io.gfile.isdir(self.checkpoint_dir):
@@ -257,11 +268,8 @@ class RunDirectory:
             self._join_save(model)
             return path
         tf.io.gfile.makedirs(self.checkpoint_dir)
-        temporary = os.path.join(
-            self.checkpoint_dir, f"{CHECKPOINT_PREFIX}partial{CHECKPOINT_SUFFIX}"
-        )
-        model.save_weights(temporary, overwrite=True)
-        tf.io.gfile.rename(temporary, path, overwrite=True)
+        with _files.replacing(path, suffix=CHECKPOINT_SUFFIX) as temporary:
+            model.save_weights(temporary)
         entry = dict(state, checkpoint=path)
         previous = self.state()
         # Entries at or after this step are of checkpoints a resume from an older one replaces.
@@ -271,7 +279,7 @@ class RunDirectory:
             if old["checkpoint"] != path and old["global_step"] < state["global_step"]
         ]
         kept = (kept + [_entry(entry)])[-self.config.keep_checkpoints :]
-        write_atomically(
+        _files.write_text(
             self.state_path, json.dumps(dict(entry, kept=kept, config=self._run_config()), indent=2)
         )
         keep = {os.path.basename(old["checkpoint"]) for old in kept}
@@ -299,10 +307,9 @@ class RunDirectory:
             self._join_save(model)
             return record
         tf.io.gfile.makedirs(self.checkpoint_dir)
-        temporary = os.path.join(self.checkpoint_dir, f"{BEST_PREFIX}partial{CHECKPOINT_SUFFIX}")
-        model.save_weights(temporary, overwrite=True)
-        tf.io.gfile.rename(temporary, record["checkpoint"], overwrite=True)
-        write_atomically(self.best_path, json.dumps(record, indent=2))
+        with _files.replacing(record["checkpoint"], suffix=CHECKPOINT_SUFFIX) as temporary:
+            model.save_weights(temporary)
+        _files.write_text(self.best_path, json.dumps(record, indent=2))
         for old in self._best_weights_names():
             if old != name:
                 tf.io.gfile.remove(os.path.join(self.checkpoint_dir, old))
@@ -354,7 +361,7 @@ class RunDirectory:
 
     def write_summary(self, summary):
         if self.writes:
-            write_atomically(self.summary_path, json.dumps(summary, indent=2))
+            _files.write_text(self.summary_path, json.dumps(summary, indent=2))
 
 
 def checkpoint_problem(path):
@@ -380,12 +387,3 @@ def _kept(state):
 def _entry(state):
     """What the state file keeps of each checkpoint (everything but the kept list and config)."""
     return {key: value for key, value in state.items() if key not in ("kept", "config")}
-
-
-def write_atomically(path, text):
-    """Writes ``text`` to ``path`` through a temporary file and a rename."""
-    # A name of its own per writer, so that two writers never share a temporary file.
-    temporary = f"{path}.tmp-{uuid.uuid4().hex}"
-    with tf.io.gfile.GFile(temporary, "w") as stream:
-        stream.write(text)
-    tf.io.gfile.rename(temporary, path, overwrite=True)

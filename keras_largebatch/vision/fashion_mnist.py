@@ -11,10 +11,10 @@ here (`read_directory`), from the cache or from any directory holding them.
 import gzip
 import math
 import os
-import shutil
 
 import numpy as np
 
+from keras_largebatch import _files
 from keras_largebatch._backend import keras_home
 
 FILES = (
@@ -58,10 +58,8 @@ def ensure_cached(cache_dir=None, source_dir=None):
     if missing:
         os.makedirs(cache_dir, exist_ok=True)
         for name in missing:
-            # Copied under a temporary name first, so an interrupted copy is never cached.
-            temporary = os.path.join(cache_dir, f".{name}.partial")
-            shutil.copyfile(os.path.join(source_dir, name), temporary)
-            os.replace(temporary, os.path.join(cache_dir, name))
+            # Atomic, so an interrupted copy is never cached.
+            _files.copy_file(os.path.join(source_dir, name), os.path.join(cache_dir, name))
     return cache_dir
 
 

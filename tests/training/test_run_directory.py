@@ -189,3 +189,28 @@ def test_a_moved_run_directory_reads_its_checkpoints_where_it_is_now(tmp_path):
         "ckpt-000000006.weights.h5",
         "state.json",
     ]
+
+
+def test_a_save_killed_half_way_leaves_the_checkpoint_and_its_litter_is_removed(tmp_path):
+    from keras_largebatch import _files
+
+    run = RunDirectory(load(tmp_path))
+    run.claim()
+    checkpoint = _save(run, _model(1.0), 4)
+    before = open(checkpoint, "rb").read()
+    # Interrupted inside save_weights: the checkpoint is intact and the temporary file removed.
+    with pytest.raises(KeyboardInterrupt):
+        with _files.replacing(checkpoint, suffix=".weights.h5") as temporary:
+            _model(2.0).save_weights(temporary)
+            raise KeyboardInterrupt
+    # A SIGKILL leaves the temporary file: the next run that writes here removes it.
+    litter = _files.temporary_path(tmp_path / "checkpoints" / "best-000000004.weights.h5")
+    open(litter, "wb").close()
+    (tmp_path / "checkpoints" / ".mine").write_text("mine")
+    assert open(checkpoint, "rb").read() == before
+    assert RunDirectory(load(tmp_path)).claim()["global_step"] == 4
+    assert sorted(os.listdir(tmp_path / "checkpoints")) == [
+        ".mine",
+        "ckpt-000000004.weights.h5",
+        "state.json",
+    ]
