@@ -23,7 +23,7 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 from keras_largebatch import LAMB  # noqa: E402
-from keras_largebatch.bert.model import BertPretrainer, bert_backbone  # noqa: E402
+from keras_largebatch.bert.pretraining.model import BertPretrainer, bert_backbone  # noqa: E402
 from keras_largebatch.distribute import configure_logical_cpus  # noqa: E402
 
 VOCABULARY_SIZE = 8000

@@ -13,7 +13,8 @@ import json
 
 from throughput import add_default_data_arguments, median_items_per_second
 
-from keras_largebatch.bert import input_pipeline, pretraining_data
+from keras_largebatch.bert.data import pretraining_data
+from keras_largebatch.bert.pretraining import input_pipeline
 
 
 def measure_examples_per_second(

@@ -28,9 +28,9 @@ import tensorflow as tf
 from throughput import add_default_data_arguments, median_items_per_second
 
 from keras_largebatch import input_order
-from keras_largebatch.bert import pretraining_data
-from keras_largebatch.bert.config import MODEL_SIZES, load_config
-from keras_largebatch.bert.recipe import BertPretraining
+from keras_largebatch.bert.data import pretraining_data
+from keras_largebatch.bert.pretraining.config import MODEL_SIZES, load_config
+from keras_largebatch.bert.pretraining.recipe import BertPretraining
 from keras_largebatch.training import trainer
 from keras_largebatch.training.devices import TensorFlowDevices
 from keras_largebatch.training.plan import plan_run

@@ -31,9 +31,9 @@ import tensorflow as tf
 from throughput import add_default_data_arguments
 
 from keras_largebatch import input_order
-from keras_largebatch.bert import pretraining_data
-from keras_largebatch.bert.config import load_config
-from keras_largebatch.bert.recipe import BertPretraining
+from keras_largebatch.bert.data import pretraining_data
+from keras_largebatch.bert.pretraining.config import load_config
+from keras_largebatch.bert.pretraining.recipe import BertPretraining
 from keras_largebatch.training import trainer
 from keras_largebatch.training.devices import TensorFlowDevices
 from keras_largebatch.training.plan import plan_run

@@ -26,7 +26,6 @@ dynamic masks): ``(index, epoch)`` or ``(serialized_record, epoch)``, both int64
 """
 
 import json
-import os
 
 import tensorflow as tf
 
@@ -282,9 +281,9 @@ def count_records(files, cycle_length=16):
 class RecordCounts:
     """The records of each input file, counted once per run.
 
-    A file's count comes from, in order: a ``manifest.json`` beside it that lists it in
-    ``record_files`` with ``records_per_file`` (as `keras_largebatch.bert.create_data` writes);
-    the run's cache ``cache_file`` (kept for a file whose size is unchanged); or reading it.
+    A file's count comes from the run's cache ``cache_file`` (kept for a file whose size is
+    unchanged) or from reading it. (A recipe whose data says how many records each file holds
+    answers from there first: `keras_largebatch.bert.data.manifest.manifests_first`.)
     Counts read are added to the cache when ``writes`` (only one process of a run writes it;
     the others count what the cache lacks at each start).
 
@@ -308,7 +307,7 @@ class RecordCounts:
 
     def _lookup(self, path):
         if path not in self._known:
-            entry = _from_manifest(path) or self._cached().get(path)
+            entry = self._cached().get(path)
             if entry is not None and entry[1] == _size(path):
                 self._known[path] = tuple(entry)
         entry = self._known.get(path)
@@ -343,21 +342,3 @@ class RecordCounts:
 
 def _size(path):
     return tf.io.gfile.stat(path).length
-
-
-def _from_manifest(path):
-    """``(records, bytes)`` of ``path`` from a manifest beside it, or None."""
-    manifest_file = os.path.join(os.path.dirname(path), "manifest.json")
-    if not tf.io.gfile.exists(manifest_file):
-        return None
-    try:
-        with tf.io.gfile.GFile(manifest_file) as stream:
-            manifest = json.load(stream)
-        names = [os.path.basename(name) for name in manifest["record_files"]]
-        counts = manifest["records_per_file"]
-    except (ValueError, KeyError, TypeError):
-        return None
-    name = os.path.basename(path)
-    if name not in names or len(counts) != len(names):
-        return None
-    return int(counts[names.index(name)]), _size(path)

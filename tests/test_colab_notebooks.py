@@ -18,7 +18,7 @@ import pytest
 from IPython.core.inputtransformer2 import TransformerManager
 
 from keras_largebatch import scale_learning_rate
-from keras_largebatch.bert import config as bert_config
+from keras_largebatch.bert.pretraining import config as bert_config
 from keras_largebatch.training import command
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -77,7 +77,7 @@ def test_the_first_code_cell_holds_the_parameters(path):
 
 def test_the_bert_notebook_defaults_to_a_tpu_config_on_the_jax_road():
     parameters = _parameters(ROOT / "colab" / "pretrain_bert.ipynb")
-    # A bundled recipe's name, which the installed package finds wherever the notebook runs.
+    # A bundled config's name, which the installed package finds wherever the notebook runs.
     assert parameters["CONFIG"] in command.bundled_configs(bert_config.load_config)
     assert parameters["ROAD"] == "jax"  # Colab's TPU runtimes ship JAX, not TensorFlow
 

@@ -25,6 +25,7 @@ from keras_largebatch.distribute import (
     resolve_strategy_name,
     tf_config_num_workers,
 )
+from keras_largebatch.distribute import strategy as strategy_lib
 from tests.support.multiworker import run_multi_worker
 from tests.support.regression import build_model
 
@@ -203,12 +204,12 @@ def test_communication_chooses_the_all_reduce_implementation(
     machine(tf_config=TWO_WORKERS)
     created = []
     monkeypatch.setattr(
-        distribute,
-        "_MultiWorkerMirroredStrategy",
+        strategy_lib,
+        "KerasMultiWorkerMirroredStrategy",
         lambda communication_options: created.append(communication_options) or object(),
     )
     for name in ("auto", "multi_worker"):
-        monkeypatch.setattr(distribute, "_multi_worker", {})  # as in a fresh process
+        monkeypatch.setattr(strategy_lib, "_multi_worker", {})  # as in a fresh process
         get_strategy(name, communication=communication)
     expected = getattr(tf.distribute.experimental.CommunicationImplementation, implementation)
     assert [options.implementation for options in created] == [expected, expected]
@@ -218,8 +219,10 @@ def test_a_process_has_one_multi_worker_strategy(machine, monkeypatch):
     # A second strategy's collectives would abort on the first one's keys: the first is
     # returned again, and another explicit communication is refused.
     machine(tf_config=TWO_WORKERS)
-    monkeypatch.setattr(distribute, "_MultiWorkerMirroredStrategy", lambda **options: object())
-    monkeypatch.setattr(distribute, "_multi_worker", {})
+    monkeypatch.setattr(
+        strategy_lib, "KerasMultiWorkerMirroredStrategy", lambda **options: object()
+    )
+    monkeypatch.setattr(strategy_lib, "_multi_worker", {})
     first = get_strategy("multi_worker", communication="ring")
     assert get_strategy("auto", communication="ring") is first
     assert get_strategy("multi_worker", communication="ring") is first

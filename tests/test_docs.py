@@ -37,7 +37,9 @@ PACKAGE = ROOT / "keras_largebatch"
 RUNNER = ROOT / "tests" / "support" / "docs_runner.py"
 SESSIONS = docs_blocks.sessions(PAGES, ROOT)
 SESSION_TIMEOUT = 240
-INSTALL_COMMAND = 'python -m pip install -e ".[bert]" && python -m keras_largebatch.bert.pretrain'
+INSTALL_COMMAND = (
+    'python -m pip install -e ".[bert]" && python -m keras_largebatch.bert.pretraining'
+)
 TEST_COMMAND = 'python -m pip install -e ".[test]" && python -m pytest -q tests'
 # Named in the issue that asked for the reference: each must have an entry of its own.
 REQUIRED_ENTRIES = (
@@ -47,8 +49,8 @@ REQUIRED_ENTRIES = (
     "keras_largebatch.schedules.warmup.warmup_ramp",
     "keras_largebatch.training.trainer.train",
     "keras_largebatch.training.recipe.Recipe",
-    "keras_largebatch.bert.pretraining_data.create_default_pretraining_data",
-    "keras_largebatch.bert.model.BertPretrainer",
+    "keras_largebatch.bert.data.pretraining_data.create_default_pretraining_data",
+    "keras_largebatch.bert.pretraining.model.BertPretrainer",
     "keras_largebatch.vision.fashion_mnist.load",
 )
 
@@ -365,7 +367,7 @@ def _config_value(config, key):
 @pytest.mark.parametrize("page", DEFAULTS_TABLES)
 def test_the_bert_defaults_tables_give_the_configs_defaults(page):
     yaml = pytest.importorskip("yaml")
-    from keras_largebatch.bert import config as bert_config
+    from keras_largebatch.bert.pretraining import config as bert_config
 
     config = bert_config.PretrainConfig()
     rows = _DEFAULT_ROW.findall((DOCS / page).read_text(encoding="utf-8"))

@@ -106,13 +106,13 @@ PLOT_ARGUMENTS = ["--peak-learning-rate", "1", "--total-steps", "10", "--warmup-
     [
         ("matplotlib", "keras_largebatch.plot_schedule", "plot", "matplotlib is"),
         ("yaml", "keras_largebatch.plot_schedule", "plot", "pyyaml is"),
-        ("keras_hub", "keras_largebatch.bert.pretrain", "bert", "keras-hub is"),
+        ("keras_hub", "keras_largebatch.bert.pretraining", "bert", "keras-hub is"),
         ("keras_hub", "keras_largebatch.bert.export", "bert", "keras-hub is"),
-        ("tensorflow_text", "keras_largebatch.bert.pretrain", "bert", "tensorflow-text is"),
-        ("tensorflow_text", "keras_largebatch.bert.create_data", "bert", "tensorflow-text is"),
+        ("tensorflow_text", "keras_largebatch.bert.pretraining", "bert", "tensorflow-text is"),
+        ("tensorflow_text", "keras_largebatch.bert.data", "bert", "tensorflow-text is"),
         (
             "tensorflow,keras_hub",
-            "keras_largebatch.vision.train",
+            "keras_largebatch.vision",
             "vision",
             "tensorflow and keras-hub are",
         ),
@@ -126,17 +126,17 @@ def test_command_without_its_extra_fails_in_one_line_before_any_work(
         arguments = [str(output), *PLOT_ARGUMENTS]
     elif module == "keras_largebatch.bert.export":
         arguments = [str(tmp_path / "run"), str(output)]
-    elif module == "keras_largebatch.bert.create_data":
+    elif module == "keras_largebatch.bert.data":
         arguments = ["--default-corpus", "--output-dir", str(output)]
     else:
         arguments = [f"output_dir={output}"]
     result = _run_without(hidden, module, *arguments)
     prog = {
         "keras_largebatch.plot_schedule": "keras-largebatch-plot-schedule",
-        "keras_largebatch.bert.pretrain": "keras-largebatch-pretrain",
-        "keras_largebatch.bert.create_data": "keras-largebatch-create-data",
+        "keras_largebatch.bert.pretraining": "keras-largebatch-pretrain",
+        "keras_largebatch.bert.data": "keras-largebatch-create-data",
         "keras_largebatch.bert.export": "keras-largebatch-export",
-        "keras_largebatch.vision.train": "keras-largebatch-train-images",
+        "keras_largebatch.vision": "keras-largebatch-train-images",
     }[module]
     assert result.returncode == 2, result.stderr[-3000:]
     assert result.stderr == (
@@ -208,10 +208,10 @@ def test_bert_modules_name_the_bert_extra(tmp_path):
         "keras_hub,tensorflow_text",
         [
             # The vocabulary module loads without either, for the records and the masking.
-            "from keras_largebatch.bert import masking, vocab",
-            "from keras_largebatch.bert import vocab; vocab.build_vocabulary(['a b', 'a c'])",
-            f"from keras_largebatch.bert import vocab; vocab.make_tokenizer({vocabulary!r})",
-            "import keras_largebatch.bert.model",
+            "from keras_largebatch.bert.data import masking, vocab",
+            "from keras_largebatch.bert.data import vocab; vocab.build_vocabulary(['a b', 'a c'])",
+            f"from keras_largebatch.bert.data import vocab; vocab.make_tokenizer({vocabulary!r})",
+            "import keras_largebatch.bert.pretraining.model",
         ],
         tmp_path,
     )
@@ -219,7 +219,7 @@ def test_bert_modules_name_the_bert_extra(tmp_path):
         "no error",
         _error("tensorflow_text", "learning a WordPiece vocabulary", "bert"),
         _error("keras_hub", "a WordPiece tokenizer", "bert"),
-        _error("keras_hub", "keras_largebatch.bert.model", "bert"),
+        _error("keras_hub", "keras_largebatch.bert.pretraining.model", "bert"),
     ]
 
 
@@ -268,10 +268,10 @@ def test_core_trains_without_tensorflow(backend):
     "module, prog, positional",
     [
         ("keras_largebatch.plot_schedule", "keras-largebatch-plot-schedule", ["out.png"]),
-        ("keras_largebatch.bert.pretrain", "keras-largebatch-pretrain", []),
+        ("keras_largebatch.bert.pretraining", "keras-largebatch-pretrain", []),
         ("keras_largebatch.bert.export", "keras-largebatch-export", ["run", "preset"]),
-        ("keras_largebatch.bert.finetune", "keras-largebatch-finetune", []),
-        ("keras_largebatch.vision.train", "keras-largebatch-train-images", []),
+        ("keras_largebatch.bert.finetuning", "keras-largebatch-finetune", []),
+        ("keras_largebatch.vision", "keras-largebatch-train-images", []),
     ],
 )
 def test_help_needs_no_extra(module, prog, positional):

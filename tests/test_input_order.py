@@ -188,7 +188,7 @@ def test_files_that_do_not_divide_over_the_pipelines_are_refused():
         input_order.pipeline_files(list("abcdefg"), 2, 0)
 
 
-def test_record_counts_come_from_a_manifest_then_the_cache_then_reading(files, tmp_path):
+def test_record_counts_come_from_the_cache_then_reading(files, tmp_path):
     cache = str(tmp_path / "record_counts.json")
     counts = input_order.RecordCounts(cache)
     assert counts(files) == COUNTS
@@ -214,14 +214,7 @@ def test_record_counts_come_from_a_manifest_then_the_cache_then_reading(files, t
         open(files[5], "wb").close()
     assert input_order.RecordCounts(cache)(files)[5] == 0
 
-    # A manifest beside the files wins, and a process that does not write leaves no cache.
-    directory = tmp_path / "with_manifest"
-    directory.mkdir()
-    path = str(directory / "a.tfrecord")
-    with tf.io.TFRecordWriter(path) as writer:
-        writer.write(b"x")
-    with open(directory / "manifest.json", "w") as stream:
-        json.dump({"record_files": [path], "records_per_file": [1]}, stream)
+    # A process that does not write leaves no cache.
     silent = input_order.RecordCounts(str(tmp_path / "other.json"), writes=False)
-    assert silent([path]) == [1]
+    assert silent(files) == COUNTS
     assert not os.path.exists(tmp_path / "other.json")

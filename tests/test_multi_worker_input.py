@@ -14,8 +14,8 @@ import pytest
 import tensorflow as tf
 
 from keras_largebatch import input_order
-from keras_largebatch.bert import config as config_lib
-from keras_largebatch.bert.recipe import BertPretraining
+from keras_largebatch.bert.pretraining import config as config_lib
+from keras_largebatch.bert.pretraining.recipe import BertPretraining
 from keras_largebatch.training import trainer
 from keras_largebatch.training.devices import TensorFlowDevices
 from keras_largebatch.training.plan import plan_run

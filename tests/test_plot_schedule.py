@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 import yaml
 
-from keras_largebatch.plot_schedule import main, plot_schedule
+from keras_largebatch.plot_schedule import plot_schedule
+from keras_largebatch.plot_schedule.__main__ import main
 from keras_largebatch.schedules import MultiPhaseSchedule, WarmUp
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
@@ -172,7 +173,8 @@ def test_command_plots_a_pretraining_config(tmp_path):
     # and a config may leave phase fields, or the phases, to their defaults.
     from pathlib import Path
 
-    from keras_largebatch.plot_schedule import main, schedule_from_config
+    from keras_largebatch.plot_schedule import schedule_from_config
+    from keras_largebatch.plot_schedule.__main__ import main
 
     config = Path(__file__).resolve().parents[1] / "tpu_configs" / "bert_large_lamb_nvidia.yaml"
     schedule = schedule_from_config(yaml.safe_load(config.read_text()))

@@ -16,12 +16,12 @@ import pytest
 import yaml
 
 from keras_largebatch._backend import BACKENDS
-from keras_largebatch.bert import config as bert_config
-from keras_largebatch.bert import pretrain
-from keras_largebatch.bert.recipe import REPORTED_METRICS
+from keras_largebatch.bert.pretraining import __main__ as pretrain
+from keras_largebatch.bert.pretraining import config as bert_config
+from keras_largebatch.bert.pretraining.recipe import REPORTED_METRICS
 from keras_largebatch.training.config import check_strategy_config
+from keras_largebatch.vision import __main__ as train
 from keras_largebatch.vision import config as vision_config
-from keras_largebatch.vision import train
 from tests.support.bert_records import write_records
 from tests.support.imagenet_records import write_imagenet_records
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from keras_largebatch.bert import config as bert_config
+from keras_largebatch.bert.pretraining import config as bert_config
 from keras_largebatch.vision import config as vision_config
 from tests.support.wheels import build_wheel
 
@@ -68,8 +68,8 @@ def test_the_installed_commands_find_a_recipe_by_name_anywhere(installed, tmp_pa
         str(installed / "keras_largebatch" / "tpu_configs"),
     ], where.stderr
     for module, name, config_lib in (
-        ("keras_largebatch.bert.pretrain", "bert_large_lamb_32k", bert_config),
-        ("keras_largebatch.vision.train", "resnet50_lars_32k", vision_config),
+        ("keras_largebatch.bert.pretraining", "bert_large_lamb_32k", bert_config),
+        ("keras_largebatch.vision", "resnet50_lars_32k", vision_config),
     ):
         result = _command(installed, tmp_path, "-m", module, "--config", name, "--print-config")
         assert result.returncode == 0, result.stderr
@@ -79,10 +79,12 @@ def test_the_installed_commands_find_a_recipe_by_name_anywhere(installed, tmp_pa
 
 def test_the_installed_command_lists_its_recipes_and_refuses_an_unknown_name(installed, tmp_path):
     bert = sorted(path.stem for path in (ROOT / "tpu_configs").glob("bert_*.yaml"))
-    listed = _command(installed, tmp_path, "-m", "keras_largebatch.bert.pretrain", "--list-configs")
+    listed = _command(
+        installed, tmp_path, "-m", "keras_largebatch.bert.pretraining", "--list-configs"
+    )
     assert (listed.returncode, listed.stdout.split()) == (0, bert), listed.stderr
     unknown = _command(
-        installed, tmp_path, "-m", "keras_largebatch.bert.pretrain", "--config", "bert_huge"
+        installed, tmp_path, "-m", "keras_largebatch.bert.pretraining", "--config", "bert_huge"
     )
     assert unknown.returncode == 2
     assert unknown.stderr.strip().endswith(f"bundled configs: {', '.join(bert)}"), unknown.stderr

@@ -39,7 +39,7 @@ def _dashed(argument):
 
 
 def bundled_config_directory():
-    """The directory of the bundled recipes: ``keras_largebatch/tpu_configs`` in an installed
+    """The directory of the bundled configs: ``keras_largebatch/tpu_configs`` in an installed
     wheel, else (running from a checkout of the repository) its top-level ``tpu_configs/``."""
     package = Path(__file__).resolve().parents[1]
     installed = package / "tpu_configs"
@@ -47,7 +47,7 @@ def bundled_config_directory():
 
 
 def bundled_configs(load_config):
-    """The bundled recipes that ``load_config(path)`` loads, as ``{name: path}`` sorted by name
+    """The bundled configs that ``load_config(path)`` loads, as ``{name: path}`` sorted by name
     (the name is the file's stem): a BERT command's loader takes the BERT recipes, an image
     command's the image recipes."""
     configs = {}
@@ -65,7 +65,7 @@ def config_path(config, load_config):
 
     CONFIG is a path if it is a file or reads as one, with a directory or a suffix
     (``tpu_configs/bert_tiny_default.yaml``, ``my.yaml``: opening a missing one is the error).
-    A bare name is a bundled recipe that ``load_config`` loads, unless a file of that name
+    A bare name is a bundled config that ``load_config`` loads, unless a file of that name
     exists: the file wins.
 
     Raises:
@@ -100,7 +100,7 @@ def build_parser(prog, description, example_overrides):
         "--config",
         default=None,
         metavar="NAME|FILE.yaml",
-        help="a bundled recipe (see --list-configs) or a YAML file with any subset of the "
+        help="a bundled config (see --list-configs) or a YAML file with any subset of the "
         "config's fields; a file of that name wins (default: the embedded defaults)",
     )
     parser.add_argument(
@@ -111,7 +111,7 @@ def build_parser(prog, description, example_overrides):
     parser.add_argument(
         "--list-configs",
         action="store_true",
-        help="print the names of the bundled recipes this command runs and exit",
+        help="print the names of the bundled configs this command runs and exit",
     )
     parser.add_argument(
         "overrides", nargs="*", metavar="KEY=VALUE", help="config overrides applied after the file"

@@ -5,7 +5,7 @@ The MLPerf ResNet-50 reference (mlcommons/training ``image_classification``) tra
 arXiv:1708.03888), a linear warmup over epochs then power-2 decay (`LarsMLPerfSchedule`),
 label smoothing 0.1, batch-norm parameters and biases excluded from weight decay and
 adaptation (LARS's default rule), evaluates every few epochs and stops at a target top-1
-accuracy. `keras_largebatch.vision.train` is the command around it.
+accuracy. `keras_largebatch.vision` is the command around it.
 """
 
 import keras

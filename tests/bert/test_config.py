@@ -5,7 +5,7 @@ import os
 
 import pytest
 
-from keras_largebatch.bert import config as config_lib
+from keras_largebatch.bert.pretraining import config as config_lib
 from keras_largebatch.training.plan import plan_run
 from tests.support.config_fields import assert_fields_documented
 

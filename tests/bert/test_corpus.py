@@ -2,7 +2,7 @@
 
 import pydoc_data.topics
 
-from keras_largebatch.bert import corpus
+from keras_largebatch.bert.data import corpus
 
 
 def test_documents_are_deterministic_prose():

@@ -11,7 +11,8 @@ import re
 import numpy as np
 import pytest
 
-from keras_largebatch.bert import corpus, default_task, glue
+from keras_largebatch.bert.data import corpus
+from keras_largebatch.bert.finetuning import default_task, glue
 
 
 @pytest.fixture(scope="module")

@@ -19,11 +19,12 @@ import keras_hub
 import numpy as np
 import pytest
 
-from keras_largebatch.bert import config as config_lib
 from keras_largebatch.bert import export as export_lib
-from keras_largebatch.bert import pretrain as pretrain_lib
-from keras_largebatch.bert import recipe as recipe_lib
-from keras_largebatch.bert import vocab as vocab_lib
+from keras_largebatch.bert import pretraining as pretrain_lib
+from keras_largebatch.bert.data import vocab as vocab_lib
+from keras_largebatch.bert.export import __main__ as export_command
+from keras_largebatch.bert.pretraining import config as config_lib
+from keras_largebatch.bert.pretraining import recipe as recipe_lib
 from keras_largebatch.training.run_directory import RUN_CONFIG_FILENAME
 from keras_largebatch.vision.config import TrainConfig
 from tests.support.bert_records import write_records
@@ -93,7 +94,7 @@ def step_two(run, tmp_path_factory):
     preset_dir = tmp_path_factory.mktemp("step_two")
     stdout, stderr = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
-        status = export_lib.main(
+        status = export_command.main(
             [run[1], str(preset_dir), "--step", "2", "--sequence-length", str(POSITION_EMBEDDINGS)]
         )
     return status, stdout.getvalue(), stderr.getvalue(), str(preset_dir)
@@ -207,7 +208,7 @@ def test_command_exports_the_given_step_and_prints_json(run, step_two):
 
 
 def test_command_error_is_one_line(run, tmp_path, capsys):
-    assert export_lib.main([run[1], str(tmp_path / "preset"), "--step", "3"]) == 2
+    assert export_command.main([run[1], str(tmp_path / "preset"), "--step", "3"]) == 2
     captured = capsys.readouterr()
     assert captured.out == ""
     assert captured.err == (

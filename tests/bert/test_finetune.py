@@ -17,14 +17,16 @@ import numpy as np
 import pytest
 
 from keras_largebatch import LAMB
-from keras_largebatch.bert import config as pretrain_config_lib
-from keras_largebatch.bert import corpus as corpus_lib
-from keras_largebatch.bert import default_task as default_task_lib
 from keras_largebatch.bert import export as export_lib
-from keras_largebatch.bert import finetune as finetune_lib
-from keras_largebatch.bert import finetune_config, finetune_recipe
-from keras_largebatch.bert import glue as glue_lib
-from keras_largebatch.bert import pretrain as pretrain_lib
+from keras_largebatch.bert import finetuning as finetune_lib
+from keras_largebatch.bert import pretraining as pretrain_lib
+from keras_largebatch.bert.data import corpus as corpus_lib
+from keras_largebatch.bert.finetuning import __main__ as finetune_command
+from keras_largebatch.bert.finetuning import config as finetune_config
+from keras_largebatch.bert.finetuning import default_task as default_task_lib
+from keras_largebatch.bert.finetuning import glue as glue_lib
+from keras_largebatch.bert.finetuning import recipe as finetune_recipe
+from keras_largebatch.bert.pretraining import config as pretrain_config_lib
 from keras_largebatch.training.plan import plan_run
 from tests.support.config_fields import assert_fields_documented
 from tests.support.runs import Interrupt, InterruptAfter, checkpoint_arrays
@@ -213,7 +215,7 @@ def test_resume_after_an_interruption_equals_the_uninterrupted_run(tmp_path, fil
 def test_stsb_regression_through_the_command(tmp_path, files, capsys):
     overrides = _overrides(tmp_path, files["preset"], files["stsb"], "stsb")
     # 32 examples in batches of 8: evaluated and checkpointed every 4 steps.
-    assert finetune_lib.main(overrides + ["phases.0.epochs=3", "checkpoint_interval=4"]) == 0
+    assert finetune_command.main(overrides + ["phases.0.epochs=3", "checkpoint_interval=4"]) == 0
     summary = json.loads(capsys.readouterr().out)
     assert summary["global_steps"] == 12 and set(summary["final"]) == {"loss"}
     evaluations = summary["evaluations"]
@@ -386,9 +388,9 @@ def test_config_errors_name_the_key(monkeypatch, capsys):
         (["data.default_dev_examples=2"], "data.default_dev_examples must be in [4, inf], got 2"),
         (["eval_interval=30"], "eval_interval must be a multiple of log_interval=25"),
     ):
-        assert finetune_lib.main(overrides) == 2
+        assert finetune_command.main(overrides) == 2
         assert message in capsys.readouterr().err
-    assert finetune_lib.main(["--print-config", "phases.0.epochs=2"]) == 0
+    assert finetune_command.main(["--print-config", "phases.0.epochs=2"]) == 0
     printed = finetune_config.config_from_dict(
         __import__("yaml").safe_load(capsys.readouterr().out)
     )

@@ -7,7 +7,7 @@ import os
 import numpy as np
 import pytest
 
-from keras_largebatch.bert import glue
+from keras_largebatch.bert.finetuning import glue
 
 MNLI_TRAIN_HEADER = (
     "index",

@@ -5,7 +5,7 @@ import math
 import numpy as np
 import pytest
 
-from keras_largebatch.bert import glue, glue_metrics
+from keras_largebatch.bert.finetuning import glue, glue_metrics
 
 # Five examples: TP at 0 and 2, FP at 1, FN at 3, TN at 4.
 LABELS = [1, 0, 1, 1, 0]

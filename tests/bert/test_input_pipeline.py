@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from keras_largebatch.bert import input_pipeline
-from keras_largebatch.bert import vocab as vocab_lib
+from keras_largebatch.bert.data import vocab as vocab_lib
+from keras_largebatch.bert.pretraining import input_pipeline
 
 SEQ_LENGTH = 16
 MAX_PREDICTIONS = 4

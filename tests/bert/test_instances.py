@@ -2,7 +2,7 @@
 
 import pytest
 
-from keras_largebatch.bert import instances
+from keras_largebatch.bert.data import instances
 
 
 def test_documents_are_separated_by_blank_lines_across_files(tmp_path):

@@ -5,9 +5,9 @@ import random
 import numpy as np
 import tensorflow as tf
 
-from keras_largebatch.bert import masking
-from keras_largebatch.bert import vocab as vocab_lib
-from keras_largebatch.bert.instances import InstanceOptions
+from keras_largebatch.bert.data import masking
+from keras_largebatch.bert.data import vocab as vocab_lib
+from keras_largebatch.bert.data.instances import InstanceOptions
 
 CLS, SEP, MASK = 2, 3, 4
 VOCABULARY = list(vocab_lib.SPECIAL_TOKENS) + [f"word{index}" for index in range(40)]

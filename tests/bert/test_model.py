@@ -6,8 +6,8 @@ import pytest
 import tensorflow as tf
 
 from keras_largebatch import LAMB
-from keras_largebatch.bert import config as config_lib
-from keras_largebatch.bert import model as model_lib
+from keras_largebatch.bert.pretraining import config as config_lib
+from keras_largebatch.bert.pretraining import model as model_lib
 
 VOCABULARY_SIZE = 50
 SEQ_LENGTH = 12

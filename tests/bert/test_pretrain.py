@@ -17,9 +17,10 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from keras_largebatch.bert import config as config_lib
-from keras_largebatch.bert import pretrain as pretrain_lib
-from keras_largebatch.bert import recipe as recipe_lib
+from keras_largebatch.bert import pretraining as pretrain_lib
+from keras_largebatch.bert.pretraining import __main__ as pretrain_command
+from keras_largebatch.bert.pretraining import config as config_lib
+from keras_largebatch.bert.pretraining import recipe as recipe_lib
 from keras_largebatch.training.plan import plan_run
 from keras_largebatch.training.run_directory import SUMMARY_FILENAME
 from tests.support.bert_records import write_records
@@ -167,7 +168,8 @@ def _assert_every_array_equal(actual, expected):
 _RUN_THAT_STALLS = """
 import sys, time
 import keras
-from keras_largebatch.bert import config, pretrain
+from keras_largebatch.bert.pretraining import config
+from keras_largebatch.bert import pretraining as pretrain
 
 class Stall(keras.callbacks.Callback):
     seen = 0
@@ -203,7 +205,7 @@ def test_killed_process_resumes(tmp_path, records, uninterrupted):
         process.send_signal(signal.SIGKILL)
         process.wait()
     finished = subprocess.run(
-        [sys.executable, "-m", "keras_largebatch.bert.pretrain"] + overrides,
+        [sys.executable, "-m", "keras_largebatch.bert.pretraining"] + overrides,
         env=environment,
         capture_output=True,
         text=True,
@@ -341,13 +343,19 @@ def test_two_replicas_equal_one_device_in_a_step_linear_in_the_gradient(
 
 
 @pytest.mark.parametrize("policy", ["mixed_bfloat16", "mixed_float16"])
-def test_mixed_precision_trains_with_float32_weights(tmp_path, records, policy):
-    # mixed_float16 also wraps the optimizer in a LossScaleOptimizer (GPU runs).
+def test_mixed_precision_trains_with_float32_weights(tmp_path, records, uninterrupted, policy):
+    # mixed_float16 also wraps the optimizer in a LossScaleOptimizer (GPU runs). The same run in
+    # float32 (`uninterrupted`) is the reference: the losses follow it within the rounding of
+    # 16-bit activations.
     summary = pretrain_lib.pretrain(
         _config(tmp_path, records["varied"], f"mixed_precision={policy}"), log=lambda line: None
     )
+    reference = uninterrupted[1]
+    # Measured: the losses differ from float32's by 5e-5 (both policies, 12 steps).
+    for key in ("loss", "masked_lm_loss", "next_sentence_loss"):
+        assert abs(summary["final"][key] - reference["final"][key]) < 1e-3, key
+    assert summary["final"]["masked_lm_loss"] < summary["initial"]["masked_lm_loss"]
     assert np.isfinite(summary["final"]["loss"])
-    assert summary["final"]["masked_lm_loss"] < summary["initial"]["masked_lm_loss"] + 0.5
     weights = _weights(summary)
     assert {value.dtype for name, value in weights.items() if name.startswith("layers/")} == {
         np.dtype("float32")
@@ -433,16 +441,16 @@ def test_non_empty_directory_of_something_else(tmp_path, records):
 
 
 def test_command_line_errors_and_print_config(capsys):
-    assert pretrain_lib.main(["model.size=huge"]) == 2
+    assert pretrain_command.main(["model.size=huge"]) == 2
     assert "error: model.size must be one of" in capsys.readouterr().err
-    assert pretrain_lib.main(["phases.0.max_predictions_per_seq=300"]) == 2
+    assert pretrain_command.main(["phases.0.max_predictions_per_seq=300"]) == 2
     assert "max_predictions_per_seq must be in [1, phases.0.seq_length=128], got 300" in (
         capsys.readouterr().err
     )
-    assert pretrain_lib.main(["optimizer.weight_decay=much"]) == 2
+    assert pretrain_command.main(["optimizer.weight_decay=much"]) == 2
     assert "optimizer.weight_decay must be a number, got 'much'" in capsys.readouterr().err
     assert (
-        pretrain_lib.main(
+        pretrain_command.main(
             [
                 "--print_config",
                 "phases.0.steps=7",

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from keras_largebatch.bert import vocab as vocab_lib
+from keras_largebatch.bert.data import vocab as vocab_lib
 
 SENTENCES = [
     "The quick brown fox jumps over the lazy dog.",

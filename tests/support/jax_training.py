@@ -97,7 +97,7 @@ def toy_runs(work_dir):
 def tiny_bert_config(output_dir, record_files, *overrides):
     """The config of the tiny BERT of tests/bert/test_pretrain.py (dropout 0) for one phase of
     6 steps of 8 examples read from ``record_files``, under DataParallel; ``overrides`` last."""
-    from keras_largebatch.bert import config as config_lib
+    from keras_largebatch.bert.pretraining import config as config_lib
 
     return config_lib.load_config(
         overrides=[
@@ -121,7 +121,7 @@ def tiny_bert_config(output_dir, record_files, *overrides):
 def bert_runs(work_dir, record_file):
     """`tiny_bert_config`'s run on 1 and 2 devices, each also with 2 micro-batches per step;
     and `bert_loss_runs`."""
-    from keras_largebatch.bert import pretrain
+    from keras_largebatch.bert import pretraining as pretrain
 
     def run(name, *overrides):
         config = tiny_bert_config(os.path.join(work_dir, name), [record_file], *overrides)
@@ -148,7 +148,7 @@ def bert_loss_runs():
     ``W / (2 W_half)``: their sum stays ``W``, and ``sum(w' CE) / W`` is the mean over the
     halves of ``sum_half(w CE) / W_half``.
     """
-    from keras_largebatch.bert import model as model_lib
+    from keras_largebatch.bert.pretraining import model as model_lib
 
     rng = np.random.default_rng(0)
     batch, seq_length, predictions, vocabulary = 8, 12, 4, 50
@@ -262,7 +262,7 @@ def small_image_config(output_dir, train_files, eval_files, *overrides):
 def image_runs(work_dir):
     """`small_image_config`'s run on 1 device and on 2 (batch norm unsynchronized, the
     default); and the message refusing ``model.sync_batch_norm=true`` on JAX."""
-    from keras_largebatch.vision import train
+    from keras_largebatch import vision as train
 
     files = write_image_records(work_dir)
 

@@ -73,7 +73,7 @@ def run(work_dir, record_files, name, *overrides, callbacks=(), lines=None):
     """`jax_training.tiny_bert_config`'s run with 2 micro-batches per step over 2 input
     pipelines (so that one process and a group of two read the same data), in
     ``WORK_DIR/name``; returns its summary."""
-    from keras_largebatch.bert import pretrain
+    from keras_largebatch.bert import pretraining as pretrain
 
     config = jax_training.tiny_bert_config(
         os.path.join(work_dir, name), record_files, ACCUMULATE, TWO_PIPELINES, *overrides
@@ -127,7 +127,7 @@ def refused(work_dir, record_files):
     not divide the 2 attention heads; and the image
     recipe, which has no layout map (its training files do not exist, so that a refusal after
     its `prepare` would raise another message)."""
-    from keras_largebatch.vision import train as vision_train
+    from keras_largebatch import vision as vision_train
 
     cases = {
         "model_axis_size=3": lambda name: run(

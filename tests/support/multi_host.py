@@ -244,7 +244,7 @@ def _data_files(work_dir):
 
 def _bert(work_dir, name, *overrides):
     """The tiny BERT, with 2 micro-batches per step over 2 input pipelines."""
-    from keras_largebatch.bert import pretrain
+    from keras_largebatch.bert import pretraining as pretrain
 
     config = jax_training.tiny_bert_config(
         os.path.join(work_dir, name),
@@ -258,7 +258,7 @@ def _bert(work_dir, name, *overrides):
 
 def _images(work_dir, name, *overrides):
     """The image recipe's small ResNet, with 2 micro-batches per step over 2 input pipelines."""
-    from keras_largebatch.vision import train
+    from keras_largebatch import vision as train
 
     files = _data_files(work_dir)
     config = jax_training.small_image_config(

@@ -1,17 +1,18 @@
-"""The commands' shared command line: one flag style, and bundled recipes named by --config."""
+"""The commands' shared command line: one flag style, and bundled configs named by --config."""
 
 import shutil
 from pathlib import Path
 
 import pytest
 
-from keras_largebatch import plot_schedule
-from keras_largebatch.bert import config as bert_config
-from keras_largebatch.bert import create_data, pretrain
+from keras_largebatch.bert.data import __main__ as create_data
+from keras_largebatch.bert.pretraining import __main__ as pretrain
+from keras_largebatch.bert.pretraining import config as bert_config
+from keras_largebatch.plot_schedule import __main__ as plot_schedule
 from keras_largebatch.study import __main__ as study_command
 from keras_largebatch.training import command
+from keras_largebatch.vision import __main__ as train
 from keras_largebatch.vision import config as vision_config
-from keras_largebatch.vision import train
 
 CONFIGS = Path(__file__).resolve().parents[2] / "tpu_configs"
 BERT = sorted(path.stem for path in CONFIGS.glob("bert_*.yaml"))

@@ -253,7 +253,8 @@ def test_configs_load_validate_and_print_without_tensorflow_or_keras_hub():
     # commands' --print_config, with no TensorFlow, keras-hub or Keras imported on the way.
     program = """
 import contextlib, io, sys
-from keras_largebatch.bert import config as bert_config, pretrain
+from keras_largebatch.bert.pretraining import config as bert_config
+from keras_largebatch.bert import pretraining as pretrain
 from keras_largebatch.study import config as study_config
 from keras_largebatch.training import config as training_config, config_loading, plan
 from keras_largebatch.vision import config as vision_config, train

@@ -10,10 +10,11 @@ import sys
 import numpy as np
 import pytest
 
+from keras_largebatch import vision as train_lib
 from keras_largebatch.training.plan import plan_run
+from keras_largebatch.vision import __main__ as train_command
 from keras_largebatch.vision import config as config_lib
 from keras_largebatch.vision import fashion_mnist
-from keras_largebatch.vision import train as train_lib
 from keras_largebatch.vision.recipe import ImageClassification
 from tests.support.fashion_mnist_files import write_fashion_mnist
 from tests.support.imagenet_records import write_imagenet_records
@@ -75,7 +76,7 @@ def _command(tmp_path, *overrides):
         [
             sys.executable,
             "-m",
-            "keras_largebatch.vision.train",
+            "keras_largebatch.vision",
             f"output_dir={tmp_path / 'run'}",
             *overrides,
         ],
@@ -117,7 +118,7 @@ def test_the_command_trains_until_the_target_on_fashion_mnist_files(tmp_path):
 def test_without_the_data_the_command_fails_before_training(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("KERAS_HOME", str(tmp_path / "empty"))
     assert (
-        train_lib.main(
+        train_command.main(
             [f"output_dir={tmp_path / 'run'}", f"data.fashion_mnist_dir={tmp_path / 'nowhere'}"]
         )
         == 2

@@ -16,7 +16,7 @@ import keras
 from keras import ops
 
 from keras_largebatch import _extras
-from keras_largebatch.bert.config import MODEL_SIZES
+from keras_largebatch.bert.pretraining.config import MODEL_SIZES
 
 try:
     import keras_hub
@@ -112,7 +112,7 @@ def layout_map(device_mesh):
     would change the model); its 768 or 1,024 hidden features divide like its heads.
 
     Every dimension split must be divisible by the size of the "model" axis (the recipe
-    checks, `keras_largebatch.bert.recipe.BertPretraining.layout_map`).
+    checks, `keras_largebatch.bert.pretraining.recipe.BertPretraining.layout_map`).
     """
     layouts = keras.distribution.LayoutMap(device_mesh)
     for path, axes in _LAYOUTS.items():

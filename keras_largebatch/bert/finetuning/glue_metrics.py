@@ -11,7 +11,7 @@ correlations return NaN there, which no best-checkpoint comparison could order).
 
 import numpy as np
 
-from keras_largebatch.bert import glue
+from keras_largebatch.bert.finetuning import glue
 
 
 def accuracy(labels, predictions):

@@ -1,6 +1,8 @@
-"""BERT pretraining with LAMB: the ``keras-largebatch-pretrain`` command and its library function.
+"""BERT pretraining with LAMB: the model (`model`), its config (`config`), input (`input_pipeline`),
+the recipe on the harness (`recipe`), the ``keras-largebatch-pretrain`` command (``__main__``) and
+its library function `pretrain`.
 
-    python -m keras_largebatch.bert.pretrain [--config NAME|FILE.yaml] [key=value ...]
+    python -m keras_largebatch.bert.pretraining [--config NAME|FILE.yaml] [key=value ...]
 
 With no arguments this is the embedded default job: it writes the default corpus (English prose
 shipped with Python), its vocabulary and TFRecords under ``runs/bert_tiny_lamb/data``, then
@@ -27,13 +29,8 @@ summary; every worker resumes from the same state file. A newest checkpoint that
 and the run resumes from the newest older checkpoint it keeps.
 
 The run directory, checkpoints, resume and logging are `keras_largebatch.training`'s; what is
-BERT is `keras_largebatch.bert.recipe` (`BertPretraining`, its model and optimizer).
+BERT is `keras_largebatch.bert.pretraining.recipe` (`BertPretraining`, its model and optimizer).
 """
-
-import sys
-
-from keras_largebatch import _extras
-from keras_largebatch.training import command
 
 
 def pretrain(config, callbacks=(), log=None):
@@ -61,31 +58,7 @@ def pretrain(config, callbacks=(), log=None):
     """
     # Imported here, so that `main` quiets TensorFlow's start-up lines before they load and
     # --print-config prints without them.
-    from keras_largebatch.bert.recipe import BertPretraining
+    from keras_largebatch.bert.pretraining.recipe import BertPretraining
     from keras_largebatch.training.trainer import Trainer
 
     return Trainer(config, BertPretraining(config), callbacks, log).train()
-
-
-def build_parser():
-    """The command line of ``keras-largebatch-pretrain``."""
-    return command.build_parser(
-        "keras-largebatch-pretrain",
-        "Pretrain BERT with LAMB. With no arguments: the embedded default job (BERT-tiny on the "
-        "default corpus, sized for a CPU).",
-        "model.size=mini phases.0.steps=100 phases.0.peak_learning_rate=6.0e-3 "
-        "optimizer.global_clipnorm=null strategy.name=tpu mixed_precision=mixed_bfloat16",
-    )
-
-
-def main(argv=None):
-    """Entry point of ``keras-largebatch-pretrain``; returns the process exit status."""
-    parser = build_parser()
-    _extras.exit_unless_installed("keras-largebatch-pretrain", "bert", parser, argv)
-    from keras_largebatch.bert import config as config_lib
-
-    return command.run_command(parser, argv, config_lib.load_config, pretrain)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -23,8 +23,11 @@ import tensorflow as tf
 
 from keras_largebatch._checks import check_bool, check_number
 from keras_largebatch._file_patterns import resolve_file_patterns
-from keras_largebatch.bert import masking, records
-from keras_largebatch.bert.config import DEFAULT_MAX_PREDICTIONS_PER_SEQ, DEFAULT_MAX_SEQ_LENGTH
+from keras_largebatch.bert.data import masking, records
+from keras_largebatch.bert.data.records import (
+    DEFAULT_MAX_PREDICTIONS_PER_SEQ,
+    DEFAULT_MAX_SEQ_LENGTH,
+)
 
 # google-research/bert's default for --short_seq_prob.
 DEFAULT_SHORT_SEQ_PROB = 0.1

@@ -1,6 +1,6 @@
 """BERT pretraining as a recipe of the trainer: its model, data, optimizer and metrics.
 
-`keras_largebatch.training.trainer.Trainer` runs it; `keras_largebatch.bert.pretrain` is the
+`keras_largebatch.training.trainer.Trainer` runs it; `keras_largebatch.bert.pretraining` is the
 command around both.
 """
 
@@ -9,9 +9,10 @@ import os
 import tensorflow as tf
 
 from keras_largebatch import input_order
-from keras_largebatch.bert import input_pipeline, pretraining_data
-from keras_largebatch.bert import model as model_lib
-from keras_largebatch.bert import vocab as vocab_lib
+from keras_largebatch.bert.data import manifest, pretraining_data
+from keras_largebatch.bert.data import vocab as vocab_lib
+from keras_largebatch.bert.pretraining import input_pipeline
+from keras_largebatch.bert.pretraining import model as model_lib
 from keras_largebatch.schedules import WarmupPolynomialDecay
 from keras_largebatch.training.optimizer_factory import create_optimizer
 from keras_largebatch.training.recipe import Recipe
@@ -49,7 +50,7 @@ class BertPretraining(Recipe):
 
     def prepare(self, plan, log, record_counts):
         self.record_files, self.vocab_file = prepare_data(self.config, log)
-        self.record_counts = record_counts
+        self.record_counts = manifest.manifests_first(record_counts)
 
     def vocabulary_size(self):
         return self.config.model.vocabulary_size or len(vocab_lib.load_vocabulary(self.vocab_file))

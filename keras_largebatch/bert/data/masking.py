@@ -22,7 +22,7 @@ import os
 import tensorflow as tf
 
 from keras_largebatch._checks import check_number
-from keras_largebatch.bert import vocab as vocab_lib
+from keras_largebatch.bert.data import vocab as vocab_lib
 
 DEFAULT_MASKED_LM_PROB = 0.15
 # The 80/10/10 rule for a uniform draw in [0, 1): [MASK] below MASK_BELOW, a random token

@@ -1,6 +1,8 @@
-"""BERT fine-tuning on GLUE: the ``keras-largebatch-finetune`` command and its library functions.
+"""BERT fine-tuning on GLUE: GLUE reading (`glue`) and metrics (`glue_metrics`), the offline
+default task (`default_task`), the config (`config`), the recipe on the harness (`recipe`), the
+``keras-largebatch-finetune`` command (``__main__``) and its library functions.
 
-    python -m keras_largebatch.bert.finetune model.preset=PRESET data.task=TASK \\
+    python -m keras_largebatch.bert.finetuning model.preset=PRESET data.task=TASK \\
         data.glue_dir=DIR [key=value ...]
 
 fine-tunes keras-hub's `BertTextClassifier` from a BERT preset directory (one that
@@ -15,9 +17,9 @@ checkpoint, and the best weights kept are never replaced by a worse evaluation.
 
 With no arguments (``model.preset`` null) this is the embedded default, which says whether
 pretraining helped: it takes the default tiny pretraining run (``runs/bert_tiny_lamb``, which
-``keras_largebatch.bert.pretrain`` writes; run first with its defaults if it has no summary),
+``keras_largebatch.bert.pretraining`` writes; run first with its defaults if it has no summary),
 exports it as a preset into this run's own ``OUTPUT_DIR/preset``, writes the default
-``next_sentence`` task (`keras_largebatch.bert.default_task`) to ``OUTPUT_DIR/data``, and
+``next_sentence`` task (`keras_largebatch.bert.finetuning.default_task`) to ``OUTPUT_DIR/data``, and
 fine-tunes twice with the same data, steps and seeds: from the pretrained backbone
 (``OUTPUT_DIR/pretrained``) and from a random initialization of the same architecture
 (``OUTPUT_DIR/random_init``). It prints both dev scores side by side, with the score of a
@@ -30,16 +32,20 @@ import json
 import math
 import os
 import shutil
-import sys
 import time
 
-from keras_largebatch import _extras, _files
+from keras_largebatch import _files
 from keras_largebatch._logging import ProgressLog
-from keras_largebatch.training import command
 
 PRESET_DIRNAME = "preset"
+
+
 DATA_DIRNAME = "data"
+
+
 COMPARISON_FILENAME = "comparison.json"
+
+
 # The embedded default's two runs: (run directory name, model.random_init).
 INITIALIZATIONS = (("pretrained", False), ("random_init", True))
 
@@ -71,7 +77,7 @@ def finetune(config, callbacks=(), log=None):
     """
     # Imported here, so that `main` quiets TensorFlow's start-up lines before they load and
     # --print-config prints without them.
-    from keras_largebatch.bert.finetune_recipe import GlueFineTuning, load_inputs
+    from keras_largebatch.bert.finetuning.recipe import GlueFineTuning, load_inputs
     from keras_largebatch.training.trainer import Trainer
 
     if config.is_embedded_default():
@@ -91,7 +97,8 @@ def run_embedded_default(config, pretrain_config=None, callbacks=(), log=None):
     Args:
         config: a validated `finetune_config.FinetuneConfig` with ``model.preset`` null; its
             settings are those of both runs. ``data.glue_dir`` null: the default task.
-        pretrain_config: the pretraining run's `keras_largebatch.bert.config.PretrainConfig`
+        pretrain_config: the pretraining run's
+        `keras_largebatch.bert.pretraining.config.PretrainConfig`
             (None: its defaults, ``runs/bert_tiny_lamb``); trained first when its directory
             has no summary.
         callbacks: extra Keras callbacks of both fine-tuning runs.
@@ -110,8 +117,10 @@ def run_embedded_default(config, pretrain_config=None, callbacks=(), log=None):
         ValueError: ``OUTPUT_DIR`` holds files the embedded default does not write, or an
             error of pretraining, export or fine-tuning, before it trains.
     """
-    from keras_largebatch.bert import config as pretrain_config_lib
-    from keras_largebatch.bert import default_task, export, glue, pretrain
+    from keras_largebatch.bert import export
+    from keras_largebatch.bert import pretraining as pretrain
+    from keras_largebatch.bert.finetuning import default_task, glue
+    from keras_largebatch.bert.pretraining import config as pretrain_config_lib
 
     start_time = time.perf_counter()
     if not config.is_embedded_default():
@@ -238,35 +247,3 @@ def _check_embedded_output_dir(output_dir):
             f"output_dir {output_dir!r} holds {foreign}, which the embedded default does not "
             f"write (it writes {sorted(own)}); choose an empty or new output_dir"
         )
-
-
-def run(config):
-    """One fine-tuning run, or the embedded default when ``model.preset`` is null."""
-    if config.is_embedded_default():
-        return run_embedded_default(config)
-    return finetune(config)
-
-
-def build_parser():
-    """The command line of ``keras-largebatch-finetune``."""
-    return command.build_parser(
-        "keras-largebatch-finetune",
-        "Fine-tune a BERT preset on a GLUE task. With no arguments: the embedded default "
-        "(the default tiny pretraining run exported and fine-tuned on a small offline task, "
-        "next to a random initialization of the same model, sized for a CPU).",
-        "model.preset=presets/bert_base_en_uncased data.task=sst2 data.glue_dir=glue_data/SST-2 "
-        "phases.0.peak_learning_rate=2.0e-5 optimizer.name=lamb",
-    )
-
-
-def main(argv=None):
-    """Entry point of ``keras-largebatch-finetune``; returns the process exit status."""
-    parser = build_parser()
-    _extras.exit_unless_installed("keras-largebatch-finetune", "bert", parser, argv)
-    from keras_largebatch.bert import finetune_config
-
-    return command.run_command(parser, argv, finetune_config.load_config, run)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,21 +1,5 @@
-"""Raw text to BERT pretraining TFRecords: the ``keras-largebatch-create-data`` command.
-
-    python -m keras_largebatch.bert.create_data --input-files 'corpus/*.txt' --output-dir data
-
-The command parses its arguments and calls the library, whose modules are imported where they
-are used, so that `main` can quiet TensorFlow's start-up lines before anything imports it:
-
-* `keras_largebatch.bert.pretraining_data`: the output directory, shards and manifest
-  (``create_pretraining_data``, ``create_default_pretraining_data``).
-* `keras_largebatch.bert.instances`: text files to documents, documents to sentence-pair
-  instances.
-* `keras_largebatch.bert.instance_tasks`: instance creation as fixed seeded tasks, inline or in
-  worker processes.
-* `keras_largebatch.bert.masking`: the masked-LM rule, shared with the input pipeline's dynamic
-  masking.
-* `keras_largebatch.bert.records`: the record schema, shared with the input pipeline's checker
-  and parser.
-"""
+"""``python -m keras_largebatch.bert.data`` (``keras-largebatch-create-data``): raw text to BERT
+pretraining TFRecords; see `keras_largebatch.bert.data`."""
 
 import sys
 
@@ -26,18 +10,18 @@ from keras_largebatch.training import command
 
 def build_parser():
     """The command-line interface of ``keras-largebatch-create-data``."""
-    from keras_largebatch.bert import masking
-    from keras_largebatch.bert import vocab as vocab_lib
-    from keras_largebatch.bert.config import (
+    from keras_largebatch.bert.data import masking
+    from keras_largebatch.bert.data import vocab as vocab_lib
+    from keras_largebatch.bert.data.instances import DEFAULT_SHORT_SEQ_PROB
+    from keras_largebatch.bert.data.pretraining_data import (
+        DEFAULT_DUPE_FACTOR,
+        DEFAULT_NUM_OUTPUT_SHARDS,
+    )
+    from keras_largebatch.bert.pretraining.config import (
         DEFAULT_CORPUS_DUPE_FACTOR,
         DEFAULT_MAX_PREDICTIONS_PER_SEQ,
         DEFAULT_MAX_SEQ_LENGTH,
         DEFAULT_SEED,
-    )
-    from keras_largebatch.bert.instances import DEFAULT_SHORT_SEQ_PROB
-    from keras_largebatch.bert.pretraining_data import (
-        DEFAULT_DUPE_FACTOR,
-        DEFAULT_NUM_OUTPUT_SHARDS,
     )
 
     parser = command.ArgumentParser(
@@ -143,8 +127,8 @@ def main(argv=None):
     """Entry point of ``keras-largebatch-create-data``; returns the process exit status."""
     _extras.exit_unless_installed("keras-largebatch-create-data", "bert")
     quiet_tensorflow_logs()
-    from keras_largebatch.bert.config import DEFAULT_CORPUS_DUPE_FACTOR
-    from keras_largebatch.bert.pretraining_data import (
+    from keras_largebatch.bert.data.pretraining_data import (
+        DEFAULT_CORPUS_DUPE_FACTOR,
         DEFAULT_DUPE_FACTOR,
         create_default_pretraining_data,
         create_pretraining_data,

@@ -3,7 +3,7 @@
 Every field has a default, so an empty config is the embedded default: the default tiny
 pretraining run exported to a preset, then fine-tuned on the default ``next_sentence`` task from
 the pretrained backbone and from a random initialization of the same architecture
-(`keras_largebatch.bert.finetune`). With ``model.preset`` and ``data.glue_dir`` it is one run
+(`keras_largebatch.bert.finetuning`). With ``model.preset`` and ``data.glue_dir`` it is one run
 on a GLUE task:
 
     model:
@@ -31,9 +31,9 @@ import dataclasses
 from typing import Optional
 
 from keras_largebatch import _checks
-from keras_largebatch.bert import config as bert_config
-from keras_largebatch.bert.default_task import DEFAULT_NUM_DEV, DEFAULT_NUM_TRAIN
-from keras_largebatch.bert.glue import TASK_NAMES
+from keras_largebatch.bert.finetuning.default_task import DEFAULT_NUM_DEV, DEFAULT_NUM_TRAIN
+from keras_largebatch.bert.finetuning.glue import TASK_NAMES
+from keras_largebatch.bert.pretraining import config as bert_config
 from keras_largebatch.training import config as training_config
 from keras_largebatch.training import config_loading
 

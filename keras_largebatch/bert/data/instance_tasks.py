@@ -12,7 +12,7 @@ import random
 
 import numpy as np
 
-from keras_largebatch.bert import instances, masking
+from keras_largebatch.bert.data import instances, masking
 
 # Documents per task. Fixed, not derived from the worker count, so that tasks and their seeds,
 # hence the output, do not depend on how many processes run them.

@@ -9,10 +9,11 @@ dropout, a fresh dense head), or the same architecture freshly initialized
 with softmax cross-entropy; STS-B is a regression of one output with mean squared error, whose
 predictions are scored as they are (not clipped to the scores' range [0, 5], as GLUE's own
 scorer reads them). Each dev split is scored every epoch and at the end with its GLUE metrics
-(`keras_largebatch.bert.glue_metrics`), and the weights of the best evaluation of the task's
-main metric on the first dev split are kept (`keras_largebatch.training.recipe.Recipe.best_metric`).
+(`keras_largebatch.bert.finetuning.glue_metrics`), and the weights of the best evaluation of the
+task's main metric on the first dev split are kept
+(`keras_largebatch.training.recipe.Recipe.best_metric`).
 
-`keras_largebatch.bert.finetune` is the command around it.
+`keras_largebatch.bert.finetuning` is the command around it.
 """
 
 import dataclasses
@@ -24,8 +25,8 @@ import numpy as np
 import tensorflow as tf
 
 from keras_largebatch import _extras, input_order
-from keras_largebatch.bert import glue, glue_metrics
-from keras_largebatch.bert import recipe as pretraining_recipe
+from keras_largebatch.bert.finetuning import glue, glue_metrics
+from keras_largebatch.bert.pretraining import recipe as pretraining_recipe
 from keras_largebatch.schedules import WarmupPolynomialDecay
 from keras_largebatch.training.recipe import Recipe
 
@@ -197,7 +198,7 @@ class GlueFineTuning(Recipe):
             if phase.settings.steps is None:
                 raise ValueError(
                     f"{phase.key}.steps is null: resolve the epochs into steps first "
-                    "(FinetuneConfig.with_steps, as keras_largebatch.bert.finetune does)"
+                    "(FinetuneConfig.with_steps, as keras_largebatch.bert.finetuning does)"
                 )
         if self.inputs is None:
             self.inputs = load_inputs(self.config)

@@ -32,9 +32,9 @@ import tensorflow as tf
 from keras_largebatch import input_order
 from keras_largebatch._checks import check_bool, check_integer, check_optional_integer
 from keras_largebatch._file_patterns import resolve_record_files
-from keras_largebatch.bert import masking, records
-from keras_largebatch.bert.masking import mask_token_batch  # noqa: F401 (public here too)
-from keras_largebatch.bert.records import FEATURE_ALIASES, MASKED_LM_FEATURES  # noqa: F401
+from keras_largebatch.bert.data import masking, records
+from keras_largebatch.bert.data.masking import mask_token_batch  # noqa: F401 (public here too)
+from keras_largebatch.bert.data.records import FEATURE_ALIASES, MASKED_LM_FEATURES  # noqa: F401
 
 # Dynamic masks are seeded by (seed, batch number x this + pipeline id).
 _MAX_PIPELINES = 2**16

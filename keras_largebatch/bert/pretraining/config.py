@@ -24,9 +24,14 @@ import os
 from typing import ClassVar, Optional
 
 from keras_largebatch import _checks
+from keras_largebatch.bert.data.pretraining_data import DEFAULT_CORPUS_DUPE_FACTOR, DEFAULT_SEED
+from keras_largebatch.bert.data.records import (
+    DEFAULT_MAX_PREDICTIONS_PER_SEQ,
+    DEFAULT_MAX_SEQ_LENGTH,
+)
 from keras_largebatch.training import config as training_config
 from keras_largebatch.training import config_loading
-from keras_largebatch.training.config import MIXED_PRECISION_POLICIES, StrategyConfig
+from keras_largebatch.training.config import StrategyConfig
 
 __all__ = [
     "BERT_EXCLUSIONS",
@@ -35,7 +40,6 @@ __all__ = [
     "DEFAULT_MAX_SEQ_LENGTH",
     "DEFAULT_SEED",
     "DataConfig",
-    "MIXED_PRECISION_POLICIES",
     "MODEL_SIZES",
     "ModelConfig",
     "OPTIMIZER_NAMES",
@@ -43,7 +47,6 @@ __all__ = [
     "PhaseConfig",
     "PretrainConfig",
     "StrategyConfig",
-    "apply_override",
     "config_from_dict",
     "load_config",
 ]
@@ -59,14 +62,6 @@ MODEL_SIZES = {
     "base": {"num_layers": 12, "hidden_dim": 768, "num_heads": 12},
     "large": {"num_layers": 24, "hidden_dim": 1024, "num_heads": 16},
 }
-# google-research/bert's defaults for --max_seq_length, --max_predictions_per_seq and
-# --random_seed, which data creation (`keras_largebatch.bert.pretraining_data`) shares.
-DEFAULT_MAX_SEQ_LENGTH = 128
-DEFAULT_MAX_PREDICTIONS_PER_SEQ = 20
-DEFAULT_SEED = 12345
-# Passes over the default corpus: enough instances for the default job to read each only a few
-# times (the manifest of the records says how many there are).
-DEFAULT_CORPUS_DUPE_FACTOR = 5
 # BertBackbone's paths: "embeddings_layer_norm/gamma", ".../self_attention_layer_norm/beta",
 # "mlm_head/intermediate_layer_norm/gamma", ".../query/bias" (rank 2, so a rank rule would miss
 # it), "mlm_head/output_bias".
@@ -104,7 +99,7 @@ class PhaseConfig(training_config.PhaseConfig):
     """
 
     # The embedded default's: enough for its next-sentence prediction to be learned, which the
-    # fine-tuning default's task (`keras_largebatch.bert.default_task`) builds on.
+    # fine-tuning default's task (`keras_largebatch.bert.finetuning.default_task`) builds on.
     steps: int = 2000  # optimizer steps of this phase
     seq_length: int = DEFAULT_MAX_SEQ_LENGTH  # tokens per example (the records')
     max_predictions_per_seq: int = DEFAULT_MAX_PREDICTIONS_PER_SEQ  # masked positions
@@ -265,6 +260,3 @@ def load_config(path=None, overrides=()):
     See `keras_largebatch.training.config_loading.load_config`.
     """
     return config_loading.load_config(PretrainConfig, path, overrides)
-
-
-apply_override = config_loading.apply_override

@@ -2,7 +2,8 @@
 
 The nine tasks of Wang et al., "GLUE: A Multi-Task Benchmark and Analysis Platform for Natural
 Language Understanding" (arXiv 1804.07461), plus ``next_sentence``, the embedded default's task
-(`keras_largebatch.bert.default_task`). One task's directory holds ``train.tsv`` and ``dev.tsv``
+(`keras_largebatch.bert.finetuning.default_task`). One task's directory holds ``train.tsv`` and
+``dev.tsv``
 (MNLI: ``dev_matched.tsv`` and ``dev_mismatched.tsv``), tab-separated, one example per line:
 
 =============  ==========================================  ==========================  ===========

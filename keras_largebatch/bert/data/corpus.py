@@ -181,7 +181,7 @@ def prose_sentences(text):
     """The sentences of reST-like ``text`` (a docstring, a documentation topic): its prose
     paragraphs only (no code, grammar or headings), joined across line breaks and split at
     sentence ends, each of at least three words. The pretraining corpus and the fine-tuning
-    default (`keras_largebatch.bert.default_task`) read text through it alike."""
+    default (`keras_largebatch.bert.finetuning.default_task`) read text through it alike."""
     sentences = []
     for paragraph in _paragraphs(text):
         if not _is_prose(paragraph):

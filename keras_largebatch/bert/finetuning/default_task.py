@@ -3,7 +3,7 @@
 BERT's own next-sentence prediction (Devlin et al., arXiv 1810.04805, section 3.1) asked of
 text that pretraining never read. It is built offline from text that ships with Python: the
 sentences come from the docstrings of standard-library modules that the default pretraining
-corpus (`keras_largebatch.bert.corpus`) leaves out (its ``DOCSTRING_MODULES`` are read at their
+corpus (`keras_largebatch.bert.data.corpus`) leaves out (its ``DOCSTRING_MODULES`` are read at their
 top level only, so their submodules are left out too), and a sentence that also appears in that
 corpus, compared case-insensitively, is dropped. A dev sentence has never been seen in
 pretraining or in training.
@@ -16,9 +16,9 @@ in the other: no token, and no sentence, tells the label on its own; only how A 
 does. The
 classes are balanced, and every docstring belongs to one split only.
 
-The files take WNLI's layout (`keras_largebatch.bert.glue`) with a source column: the header
-``index, source, sentence1, sentence2, label``, the source being the module of A (and of B
-when B follows it).
+The files take WNLI's layout (`keras_largebatch.bert.finetuning.glue`) with a source column:
+the header ``index, source, sentence1, sentence2, label``, the source being the module of A
+(and of B when B follows it).
 Like the corpus, the task is a pure function of the arguments and the Python version.
 """
 
@@ -30,7 +30,7 @@ import re
 import sysconfig
 
 from keras_largebatch import _checks, _files
-from keras_largebatch.bert import corpus
+from keras_largebatch.bert.data import corpus
 
 # Standard-library modules with long prose docstrings that the pretraining corpus does not
 # read, present in CPython 3.10 through 3.13 (ones missing from this Python are skipped).
@@ -205,9 +205,9 @@ def overlap_rule(train, dev):
     the one most accurate on ``train`` (the smallest of equals).
 
     Args:
-        train: the `keras_largebatch.bert.glue.Examples` that choose the threshold, of a pair
-            task with labels 0 and 1.
-        dev: the `keras_largebatch.bert.glue.Examples` scored with it.
+        train: the `keras_largebatch.bert.finetuning.glue.Examples` that choose the threshold,
+            of a pair task with labels 0 and 1.
+        dev: the `keras_largebatch.bert.finetuning.glue.Examples` scored with it.
 
     Returns:
         ``{"threshold": t, "train_accuracy": ..., "dev_accuracy": ...}``.
