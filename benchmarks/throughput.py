@@ -3,7 +3,7 @@ options of the default corpus's data they read."""
 
 import time
 
-from keras_largebatch.bert.data.pretraining_data import DEFAULT_CORPUS_DUPE_FACTOR
+from keras_largebatch.bert.data.defaults import DEFAULT_CORPUS_DUPE_FACTOR
 
 
 def add_default_data_arguments(parser):

@@ -60,13 +60,13 @@ def exit_unless_installed(prog, extra, parser=None, argv=None):
     work and before anything imports TensorFlow.
 
     Given the command's ``parser`` (one that imports nothing of the extra), ``argv`` is parsed
-    first, so that ``--help`` prints and a usage error is reported without the extra.
+    first, so that ``--help`` prints and a usage error is reported without the extra, and the
+    parsed arguments are returned (the command parses its line once).
     """
-    if parser is not None:
-        parser.parse_args(argv)
+    args = None if parser is None else parser.parse_args(argv)
     missing = missing_modules(extra)
     if not missing:
-        return
+        return args
     names = [DISTRIBUTIONS[module] for module in missing]
     verb = "is" if len(names) == 1 else "are"
     reason = f"{_join(names)} {verb} not installed"

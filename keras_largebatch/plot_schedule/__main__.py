@@ -44,14 +44,13 @@ def _parser():
 def main(argv=None):
     """Entry point of `keras-largebatch-plot-schedule`; returns the exit status."""
     parser = _parser()
-    _extras.exit_unless_installed("keras-largebatch-plot-schedule", "plot", parser, argv)
+    args = _extras.exit_unless_installed("keras-largebatch-plot-schedule", "plot", parser, argv)
     quiet_tensorflow_logs()
     import yaml
 
     from keras_largebatch.bert.pretraining import config as bert_config
     from keras_largebatch.schedules import WarmupPolynomialDecay
 
-    args = parser.parse_args(argv)
     direct = (args.peak_learning_rate, args.warmup_steps)
     try:
         if args.config is not None:

@@ -119,14 +119,14 @@ def build_parser(prog, description, example_overrides):
     return parser
 
 
-def run_command(parser, argv, load_config, run):
-    """Parses ``argv``, loads the config with ``load_config(path, overrides)`` and runs
-    ``run(config)``, printing its summary; returns the process exit status.
+def run_command(parser, args, load_config, run):
+    """Given the parsed command line ``args`` (``parser.parse_args``), loads the config with
+    ``load_config(path, overrides)`` and runs ``run(config)``, printing its summary; returns the
+    process exit status.
 
     A config loads and prints without TensorFlow; TensorFlow's start-up lines are quieted
     (`keras_largebatch._logging.quiet_tensorflow_logs`) just before the run imports it.
     """
-    args = parser.parse_args(argv)
     if args.list_configs:
         print("\n".join(bundled_configs(load_config)))
         return 0

@@ -22,10 +22,10 @@ def build_parser():
 def main(argv=None):
     """Entry point of ``keras-largebatch-train-images``; returns the process exit status."""
     parser = build_parser()
-    _extras.exit_unless_installed("keras-largebatch-train-images", "vision", parser, argv)
+    args = _extras.exit_unless_installed("keras-largebatch-train-images", "vision", parser, argv)
     from keras_largebatch.vision import config as config_lib
 
-    return command.run_command(parser, argv, config_lib.load_config, train)
+    return command.run_command(parser, args, config_lib.load_config, train)
 
 
 if __name__ == "__main__":

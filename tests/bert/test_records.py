@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from keras_largebatch.bert.data import records
+from keras_largebatch.bert.data import defaults, records
 from tests.support.bert_records import synthetic_example
 
 SEQ_LENGTH = 16
@@ -102,7 +102,7 @@ def test_check_names_the_feature_and_what_was_expected():
 
 
 def test_check_lengths():
-    records.check_lengths(records.DEFAULT_MAX_SEQ_LENGTH, records.DEFAULT_MAX_PREDICTIONS_PER_SEQ)
+    records.check_lengths(defaults.DEFAULT_MAX_SEQ_LENGTH, defaults.DEFAULT_MAX_PREDICTIONS_PER_SEQ)
     with pytest.raises(TypeError, match="seq_length must be an integer, got '128' of type str"):
         records.check_lengths("128", 20)
     with pytest.raises(TypeError, match="max_predictions_per_seq must be an integer, got 2.0"):

@@ -12,16 +12,16 @@ def build_parser():
     """The command-line interface of ``keras-largebatch-create-data``."""
     from keras_largebatch.bert.data import masking
     from keras_largebatch.bert.data import vocab as vocab_lib
-    from keras_largebatch.bert.data.instances import DEFAULT_SHORT_SEQ_PROB
-    from keras_largebatch.bert.data.pretraining_data import (
-        DEFAULT_DUPE_FACTOR,
-        DEFAULT_NUM_OUTPUT_SHARDS,
-    )
-    from keras_largebatch.bert.pretraining.config import (
+    from keras_largebatch.bert.data.defaults import (
         DEFAULT_CORPUS_DUPE_FACTOR,
         DEFAULT_MAX_PREDICTIONS_PER_SEQ,
         DEFAULT_MAX_SEQ_LENGTH,
         DEFAULT_SEED,
+    )
+    from keras_largebatch.bert.data.instances import DEFAULT_SHORT_SEQ_PROB
+    from keras_largebatch.bert.data.pretraining_data import (
+        DEFAULT_DUPE_FACTOR,
+        DEFAULT_NUM_OUTPUT_SHARDS,
     )
 
     parser = command.ArgumentParser(
@@ -125,17 +125,17 @@ def build_parser():
 
 def main(argv=None):
     """Entry point of ``keras-largebatch-create-data``; returns the process exit status."""
+    # The parser reads the data modules' defaults, which import TensorFlow: the extra first.
     _extras.exit_unless_installed("keras-largebatch-create-data", "bert")
     quiet_tensorflow_logs()
+    from keras_largebatch.bert.data.defaults import DEFAULT_CORPUS_DUPE_FACTOR
     from keras_largebatch.bert.data.pretraining_data import (
-        DEFAULT_CORPUS_DUPE_FACTOR,
         DEFAULT_DUPE_FACTOR,
         create_default_pretraining_data,
         create_pretraining_data,
     )
 
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    args = build_parser().parse_args(argv)
     common = dict(
         max_seq_length=args.max_seq_length,
         max_predictions_per_seq=args.max_predictions_per_seq,

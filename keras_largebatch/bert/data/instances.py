@@ -24,7 +24,7 @@ import tensorflow as tf
 from keras_largebatch._checks import check_bool, check_number
 from keras_largebatch._file_patterns import resolve_file_patterns
 from keras_largebatch.bert.data import masking, records
-from keras_largebatch.bert.data.records import (
+from keras_largebatch.bert.data.defaults import (
     DEFAULT_MAX_PREDICTIONS_PER_SEQ,
     DEFAULT_MAX_SEQ_LENGTH,
 )

@@ -26,19 +26,16 @@ from keras_largebatch._logging import ProgressLog
 from keras_largebatch.bert.data import corpus as corpus_lib
 from keras_largebatch.bert.data import instance_tasks, instances, masking
 from keras_largebatch.bert.data import vocab as vocab_lib
-from keras_largebatch.bert.data.manifest import MANIFEST_FILENAME
-from keras_largebatch.bert.data.records import (
+from keras_largebatch.bert.data.defaults import (
+    DEFAULT_CORPUS_DUPE_FACTOR,
     DEFAULT_MAX_PREDICTIONS_PER_SEQ,
     DEFAULT_MAX_SEQ_LENGTH,
+    DEFAULT_SEED,
 )
+from keras_largebatch.bert.data.manifest import MANIFEST_FILENAME
 
 RECORD_FILE_PREFIX = "pretraining"
 VOCABULARY_FILENAME = "vocab.txt"
-# google-research/bert's default for --random_seed.
-DEFAULT_SEED = 12345
-# Passes over the default corpus: enough instances for the default job to read each only a few
-# times (the manifest of the records says how many there are).
-DEFAULT_CORPUS_DUPE_FACTOR = 5
 # google-research/bert's default for --dupe_factor.
 DEFAULT_DUPE_FACTOR = 10
 # Enough files for the input pipeline to read several at once.

@@ -36,11 +36,6 @@ _KINDS = {
 SEQ_LENGTH = "seq_length"
 MAX_PREDICTIONS = "max_predictions_per_seq"
 
-# google-research/bert's defaults for --max_seq_length and --max_predictions_per_seq, shared by
-# data creation and the pretraining config.
-DEFAULT_MAX_SEQ_LENGTH = 128
-DEFAULT_MAX_PREDICTIONS_PER_SEQ = 20
-
 
 @dataclasses.dataclass(frozen=True)
 class RecordFeature:

@@ -43,8 +43,7 @@ def build_parser():
 def main(argv=None):
     """Entry point of ``keras-largebatch-export``; returns the process exit status."""
     parser = build_parser()
-    _extras.exit_unless_installed(parser.prog, "bert", parser, argv)
-    args = parser.parse_args(argv)
+    args = _extras.exit_unless_installed(parser.prog, "bert", parser, argv)
     quiet_tensorflow_logs()
     try:
         exported = export_preset(

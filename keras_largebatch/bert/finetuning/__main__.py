@@ -30,10 +30,10 @@ def build_parser():
 def main(argv=None):
     """Entry point of ``keras-largebatch-finetune``; returns the process exit status."""
     parser = build_parser()
-    _extras.exit_unless_installed("keras-largebatch-finetune", "bert", parser, argv)
+    args = _extras.exit_unless_installed("keras-largebatch-finetune", "bert", parser, argv)
     from keras_largebatch.bert.finetuning import config as finetune_config
 
-    return command.run_command(parser, argv, finetune_config.load_config, run)
+    return command.run_command(parser, args, finetune_config.load_config, run)
 
 
 if __name__ == "__main__":

@@ -22,10 +22,10 @@ def build_parser():
 def main(argv=None):
     """Entry point of ``keras-largebatch-pretrain``; returns the process exit status."""
     parser = build_parser()
-    _extras.exit_unless_installed("keras-largebatch-pretrain", "bert", parser, argv)
+    args = _extras.exit_unless_installed("keras-largebatch-pretrain", "bert", parser, argv)
     from keras_largebatch.bert.pretraining import config as config_lib
 
-    return command.run_command(parser, argv, config_lib.load_config, pretrain)
+    return command.run_command(parser, args, config_lib.load_config, pretrain)
 
 
 if __name__ == "__main__":

@@ -24,10 +24,11 @@ import os
 from typing import ClassVar, Optional
 
 from keras_largebatch import _checks
-from keras_largebatch.bert.data.pretraining_data import DEFAULT_CORPUS_DUPE_FACTOR, DEFAULT_SEED
-from keras_largebatch.bert.data.records import (
+from keras_largebatch.bert.data.defaults import (
+    DEFAULT_CORPUS_DUPE_FACTOR,
     DEFAULT_MAX_PREDICTIONS_PER_SEQ,
     DEFAULT_MAX_SEQ_LENGTH,
+    DEFAULT_SEED,
 )
 from keras_largebatch.training import config as training_config
 from keras_largebatch.training import config_loading
