@@ -135,7 +135,8 @@ def main(argv=None):
         create_pretraining_data,
     )
 
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
     common = dict(
         max_seq_length=args.max_seq_length,
         max_predictions_per_seq=args.max_predictions_per_seq,
