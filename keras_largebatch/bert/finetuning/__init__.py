@@ -8,7 +8,7 @@ default task (`default_task`), the config (`config`), the recipe on the harness 
 fine-tunes keras-hub's `BertTextClassifier` from a BERT preset directory (one that
 ``keras-largebatch-export`` wrote from a pretraining run, or any keras-hub BERT preset on disk)
 on one GLUE task's ``train.tsv``, scoring every dev split each epoch and at the end
-(`finetune_recipe.GlueFineTuning`); `finetune_config.FinetuneConfig` lists every setting. The
+(`recipe.GlueFineTuning`); `config.FinetuneConfig` lists every setting. The
 run directory is every recipe's (`keras_largebatch.training.trainer`): ``run_config.json``,
 ``checkpoints/`` (with ``best-<step>.weights.h5`` and ``best.json``, the weights and metrics of
 the best dev evaluation of the task's main metric), ``logs/`` and ``summary.json``, which holds
@@ -54,9 +54,9 @@ def finetune(config, callbacks=(), log=None):
     """Runs (or resumes, or reports) the fine-tuning run that ``config`` describes.
 
     Args:
-        config: a validated `finetune_config.FinetuneConfig` with a ``model.preset``; never
+        config: a validated `config.FinetuneConfig` with a ``model.preset``; never
             changed. Its phases' null ``steps`` are resolved from their epochs over the
-            training set (`finetune_config.FinetuneConfig.with_steps`), which the run directory
+            training set (`config.FinetuneConfig.with_steps`), which the run directory
             then records.
         callbacks: extra Keras callbacks added to every phase's `fit`, after the run's own.
         log: a function taking one progress line; default prints to stderr.
@@ -95,12 +95,11 @@ def run_embedded_default(config, pretrain_config=None, callbacks=(), log=None):
     initialization of the same architecture alike, and compares their dev scores.
 
     Args:
-        config: a validated `finetune_config.FinetuneConfig` with ``model.preset`` null; its
-            settings are those of both runs. ``data.glue_dir`` null: the default task.
+        config: a validated `config.FinetuneConfig` with ``model.preset`` null; its settings
+            are those of both runs. ``data.glue_dir`` null: the default task.
         pretrain_config: the pretraining run's
-        `keras_largebatch.bert.pretraining.config.PretrainConfig`
-            (None: its defaults, ``runs/bert_tiny_lamb``); trained first when its directory
-            has no summary.
+            `keras_largebatch.bert.pretraining.config.PretrainConfig` (None: its defaults,
+            ``runs/bert_tiny_lamb``); trained first when its directory has no summary.
         callbacks: extra Keras callbacks of both fine-tuning runs.
         log: a function taking one progress line; default prints each stage's lines to
             stderr with its name.

@@ -163,11 +163,11 @@ def load_inputs(config):
 
 
 class GlueFineTuning(Recipe):
-    """Fine-tunes the classifier that a `finetune_config.FinetuneConfig` describes.
+    """Fine-tunes the classifier that a `config.FinetuneConfig` describes.
 
     Args:
         config: the run's config; its phases' ``steps`` resolved
-            (`finetune_config.FinetuneConfig.with_steps`).
+            (`config.FinetuneConfig.with_steps`).
         inputs: the run's `FinetuneInputs` (`load_inputs`); None reads them in `prepare`.
     """
 
