@@ -97,7 +97,7 @@ def test_command_builds_warmup_polynomial_decay_from_flags(tmp_path, monkeypatch
     def record(schedule, output_path, total_steps, num_points, title):
         plotted.update(config=schedule.get_config(), total_steps=total_steps, title=title)
 
-    monkeypatch.setattr("keras_largebatch.plot_schedule.plot_schedule", record)
+    monkeypatch.setattr("keras_largebatch.plot_schedule.__main__.plot_schedule", record)
     argv = [
         "out.png",
         "--peak-learning-rate",

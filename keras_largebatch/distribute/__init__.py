@@ -11,6 +11,13 @@ The public names are importable from here. Nothing runs at import time; TensorFl
 only listed (and the runtime only initialized) when a function is called.
 """
 
+from keras_largebatch import _extras
+
+try:
+    import tensorflow  # noqa: F401
+except ModuleNotFoundError as error:
+    raise _extras.missing_extra(__name__, "tensorflow", error) from error
+
 from keras_largebatch.distribute.cpu_devices import configure_logical_cpus
 from keras_largebatch.distribute.keras_workarounds import (
     KerasMultiWorkerMirroredStrategy,

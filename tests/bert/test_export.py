@@ -23,6 +23,7 @@ from keras_largebatch.bert import export as export_lib
 from keras_largebatch.bert import pretraining as pretrain_lib
 from keras_largebatch.bert.data import vocab as vocab_lib
 from keras_largebatch.bert.export import __main__ as export_command
+from keras_largebatch.bert.export import run as export_run
 from keras_largebatch.bert.pretraining import config as config_lib
 from keras_largebatch.bert.pretraining import recipe as recipe_lib
 from keras_largebatch.training.run_directory import RUN_CONFIG_FILENAME
@@ -242,8 +243,8 @@ def test_unreadable_newest_checkpoint(run, tmp_path):
     assert not (tmp_path / "preset").exists()
     # Without a step, the newest readable one; the unreadable one is reported, left as it is.
     lines = []
-    config = export_lib.read_pretraining_config(copy)
-    assert export_lib.choose_checkpoint(config, None, lines.append) == (_checkpoint(copy, 2), 2)
+    config = export_run.read_pretraining_config(copy)
+    assert export_run.choose_checkpoint(config, None, lines.append) == (_checkpoint(copy, 2), 2)
     assert len(lines) == 1 and newest in lines[0] and "cannot be read" in lines[0]
     assert Path(newest).read_bytes() == truncated
 
@@ -254,13 +255,13 @@ def test_vocabulary_of_the_default_corpus_is_found_in_the_run(run, tmp_path):
         recorded["phases"][0]["input_files"] = None
 
     copy = _copy_run(run[1], tmp_path / "run", default_corpus)
-    config = export_lib.read_pretraining_config(copy)
+    config = export_run.read_pretraining_config(copy)
     with pytest.raises(ValueError, match="default-corpus vocabulary .*seq16-pred4"):
-        export_lib.vocabulary_file(config)
+        export_run.vocabulary_file(config)
     expected = vocab_lib.save_vocabulary(
         VOCABULARY, os.path.join(copy, "data", "seq16-pred4", "vocab.txt")
     )
-    assert export_lib.vocabulary_file(config) == expected
+    assert export_run.vocabulary_file(config) == expected
 
 
 @pytest.mark.parametrize(

@@ -122,6 +122,8 @@ def choose_checkpoint(config, step, log):
 
 
 def path_argument(name, path):
+    """``path`` (a string or path-like) as a string; TypeError naming the argument ``name``
+    otherwise."""
     if not isinstance(path, (str, os.PathLike)):
         raise _checks.type_error(name, path, "a path")
     return os.fspath(path)
