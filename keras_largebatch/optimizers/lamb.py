@@ -175,10 +175,10 @@ class LAMB(LayerwiseAdaptiveOptimizer):
             )
         else:
             update = ops.divide(m, ops.add(ops.sqrt(v), self.epsilon))
-        if self._decays(variable):
+        if self.decays(variable):
             update = ops.add(update, ops.multiply(weights, ops.cast(self.weight_decay, dtype)))
 
-        if self._adapts(variable):
+        if self.adapts(variable):
             ratio = trust_ratio(
                 l2_norm(weights),
                 l2_norm(update),

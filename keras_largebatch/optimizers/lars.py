@@ -143,14 +143,14 @@ class LARS(LayerwiseAdaptiveOptimizer):
         dtype = variable.dtype
         gradient = ops.cast(gradient, dtype)
         learning_rate = ops.cast(learning_rate, dtype)
-        decays = self._decays(variable)
+        decays = self.decays(variable)
 
         direction = gradient
         if decays:
             direction = ops.add(
                 gradient, ops.multiply(variable, ops.cast(self.weight_decay, dtype))
             )
-        if self._adapts(variable):
+        if self.adapts(variable):
             weight_norm = l2_norm(variable)
             gradient_norm = l2_norm(gradient)
             denominator = gradient_norm + self.epsilon
