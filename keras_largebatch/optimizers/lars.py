@@ -33,7 +33,8 @@ class LARS(LayerwiseAdaptiveOptimizer):
         momentum: momentum in [0, 1). Defaults to ``0.9`` (0.94-0.95 at batch 32K+).
         trust_coefficient: eta, > 0. Defaults to ``0.001``.
         epsilon: added to the trust-ratio denominator, >= 0. Defaults to ``0.0`` (MLPerf).
-        weight_decay: decay rate added to the gradient, >= 0. Defaults to ``0.0``.
+        weight_decay: decay rate added to the gradient, >= 0. Defaults to ``0.0``; ``None``
+            means 0, as in Keras.
         nesterov: Nesterov momentum. Defaults to ``False``.
         clip: LARC's clip mode, ``trust = min(trust / learning_rate, 1)``, so that the
             local rate never exceeds the global one (NVIDIA apex LARC). Defaults to ``False``.
