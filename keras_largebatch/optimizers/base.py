@@ -79,9 +79,15 @@ def _check_trust_ratio_bounds(min_trust_ratio, max_trust_ratio):
 
 
 def _accumulation_steps(steps):
-    steps = check_optional_integer("gradient_accumulation_steps", steps, low=1)
-    # One micro-batch per step is no accumulation; Keras itself rejects 1.
-    return steps if steps is not None and steps > 1 else None
+    steps = check_optional_integer("gradient_accumulation_steps", steps)
+    # As Keras's optimizers: None is no accumulation, and 1 is refused rather than stored as
+    # None, so that the config a user reads back is the one they passed.
+    if steps is not None and steps < 2:
+        raise ValueError(
+            f"gradient_accumulation_steps must be an integer >= 2, or None for no "
+            f"accumulation (as in Keras), got {steps}"
+        )
+    return steps
 
 
 class LayerwiseAdaptiveOptimizer(keras.optimizers.Optimizer):

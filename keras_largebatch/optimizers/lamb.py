@@ -61,8 +61,8 @@ class LAMB(LayerwiseAdaptiveOptimizer):
         clipvalue: as in Keras, on the global-batch gradient.
         global_clipnorm: as in Keras, on the global-batch gradient. ``global_clipnorm=1.0`` is
             NVIDIA's NVLAMB pre-normalization.
-        gradient_accumulation_steps: int >= 1 or ``None``; update every k micro-batches with
-            their mean gradient. Works under `tf.distribute` strategies.
+        gradient_accumulation_steps: int >= 2, or ``None`` for none (as in Keras); update
+            every k micro-batches with their mean gradient. Works under `tf.distribute` strategies.
         name: as in `keras.optimizers.Optimizer`. Defaults to ``"lamb"``.
         use_ema: as in `keras.optimizers.Optimizer`.
         ema_momentum: as in `keras.optimizers.Optimizer`.

@@ -54,7 +54,7 @@ class LARS(LayerwiseAdaptiveOptimizer):
             sum and accumulation (like ``clipvalue`` and ``global_clipnorm``).
         clipvalue: as in Keras, on the global-batch gradient.
         global_clipnorm: as in Keras, on the global-batch gradient.
-        gradient_accumulation_steps: int >= 1 or ``None``.
+        gradient_accumulation_steps: int >= 2 or ``None`` (none, as in Keras).
         name: as in `keras.optimizers.Optimizer`. Defaults to ``"lars"``.
         use_ema: as in `keras.optimizers.Optimizer`.
         ema_momentum: as in `keras.optimizers.Optimizer`.
