@@ -83,7 +83,9 @@ def main():
                 keras.utils.set_random_seed(seed)
                 model = _model()
                 model.compile(
-                    _optimizer(kind, rate, steps), "sparse_categorical_crossentropy", ["accuracy"]
+                    optimizer=_optimizer(kind, rate, steps),
+                    loss="sparse_categorical_crossentropy",
+                    metrics=["accuracy"],
                 )
                 history = model.fit(
                     x, y, batch_size=batch, epochs=epochs, validation_data=(x_val, y_val), verbose=0
