@@ -421,7 +421,7 @@ def assert_last_lamb_trust_ratio_is_float32_accurate(optimizer, variables, recor
     ratios = optimizer.trust_ratios()
     checked = 0
     for index, variable in enumerate(variables):
-        if not optimizer._adapts(variable):
+        if not optimizer.adapts(variable):
             continue
         before = recorder.weights[-2][index].astype(np.float64)
         m = recorder.momentums[-1][index].astype(np.float64)

@@ -13,6 +13,8 @@ import keras
 import tensorflow as tf
 from keras import ops
 
+from keras_largebatch.optimizers import _keras_internals
+
 
 def multi_replica_context():
     """The replica context when each replica holds its own share of the gradient, else None.
@@ -65,7 +67,7 @@ def update_per_device(optimizer, fn, variables, columns, shared):
 
     tf.__internal__.distribute.interim.maybe_merge_call(
         update_on_devices,
-        optimizer._distribution_strategy,
+        _keras_internals.distribution_strategy(optimizer),
         [list(c) for c in columns],
         tuple(shared),
     )
@@ -103,10 +105,10 @@ def squared_norm(tensors):
 
 def num_replicas(optimizer):
     """The replicas whose gradients ``optimizer`` sums: those of the strategy it was made in."""
-    return optimizer._distribution_strategy.num_replicas_in_sync
+    return _keras_internals.distribution_strategy(optimizer).num_replicas_in_sync
 
 
 def variable_scope(optimizer):
     """The scope to create ``optimizer``'s variables in after `build` (e.g. from a callback):
     its strategy's, so that every replica holds a copy."""
-    return optimizer._distribution_strategy.scope()
+    return _keras_internals.distribution_strategy(optimizer).scope()

@@ -40,6 +40,7 @@ from keras_largebatch._checks import (
     is_number,
     type_error,
 )
+from keras_largebatch.optimizers import _keras_internals
 from keras_largebatch.optimizers.noise_scale import GradientNoiseScaleMeter, squared_norm
 from keras_largebatch.optimizers.trust_ratio import ExclusionRule
 
@@ -78,16 +79,25 @@ def _check_trust_ratio_bounds(min_trust_ratio, max_trust_ratio):
 
 
 def _accumulation_steps(steps):
-    steps = check_optional_integer("gradient_accumulation_steps", steps, low=1)
-    # One micro-batch per step is no accumulation; Keras itself rejects 1.
-    return steps if steps is not None and steps > 1 else None
+    steps = check_optional_integer("gradient_accumulation_steps", steps)
+    # As Keras's optimizers: None is no accumulation, and 1 is refused rather than stored as
+    # None, so that the config a user reads back is the one they passed.
+    if steps is not None and steps < 2:
+        raise ValueError(
+            f"gradient_accumulation_steps must be an integer >= 2, or None for no "
+            f"accumulation (as in Keras), got {steps}"
+        )
+    return steps
 
 
 class LayerwiseAdaptiveOptimizer(keras.optimizers.Optimizer):
     """Base class of `LAMB` and `LARS`; not meant to be used directly.
 
     Subclasses implement `update_step(gradient, variable, learning_rate)` and read, per
-    variable, `_decays(variable)`, `_adapts(variable)` and call `_record_trust_ratio`.
+    variable, `decays(variable)`, `adapts(variable)` and call `_record_trust_ratio`.
+
+    Weight decay is excluded only through the constructor's ``exclude_from_weight_decay``:
+    the inherited `exclude_from_weight_decay` method is refused (see its docstring).
     """
 
     def __init__(
@@ -111,6 +121,9 @@ class LayerwiseAdaptiveOptimizer(keras.optimizers.Optimizer):
         **kwargs,
     ):
         _check_learning_rate(learning_rate)
+        # None means no decay everywhere in Keras (`keras.optimizers.Lamb().get_config()`
+        # stores it).
+        weight_decay = 0.0 if weight_decay is None else weight_decay
         check_number("weight_decay", weight_decay, low=0.0)
         _check_trust_ratio_bounds(min_trust_ratio, max_trust_ratio)
         check_bool("record_trust_ratio", record_trust_ratio)
@@ -151,15 +164,8 @@ class LayerwiseAdaptiveOptimizer(keras.optimizers.Optimizer):
             return
         super().build(variables)
         # Decided once here, as Python booleans, so the step pays nothing for the rules.
-        self._decay_mask = [
-            self.weight_decay > 0
-            and self._use_weight_decay(variable)
-            and not self._weight_decay_rule.excludes(variable)
-            for variable in variables
-        ]
-        self._adapt_mask = [
-            not self._layer_adaptation_rule.excludes(variable) for variable in variables
-        ]
+        self._decay_mask = [self._decided_decay(variable) for variable in variables]
+        self._adapt_mask = [self._decided_adaptation(variable) for variable in variables]
         self._trust_ratio_records = None
         if self.record_trust_ratio:
             self._trust_ratio_records = [
@@ -167,17 +173,55 @@ class LayerwiseAdaptiveOptimizer(keras.optimizers.Optimizer):
                 for _ in variables
             ]
 
-    def _decays(self, variable):
-        """Whether weight decay applies to ``variable`` (decided at build)."""
-        return self._decay_mask[self._get_variable_index(variable)]
+    def _decided_decay(self, variable):
+        return self.weight_decay > 0 and not self._weight_decay_rule.excludes(variable)
 
-    def _adapts(self, variable):
-        """Whether ``variable`` gets a trust ratio (else the ratio is 1)."""
-        return self._adapt_mask[self._get_variable_index(variable)]
+    def _decided_adaptation(self, variable):
+        return not self._layer_adaptation_rule.excludes(variable)
+
+    def _mask_index(self, variable):
+        if not self.built:
+            return None
+        try:
+            return _keras_internals.variable_index(self, variable)
+        except KeyError:
+            return None
+
+    def decays(self, variable):
+        """Whether weight decay applies to ``variable``: ``weight_decay > 0`` and the
+        ``exclude_from_weight_decay`` rule does not exclude it.
+
+        Answered before `build` as well, from the same rule the build decides with.
+        """
+        index = self._mask_index(variable)
+        return self._decided_decay(variable) if index is None else self._decay_mask[index]
+
+    def adapts(self, variable):
+        """Whether ``variable``'s step is scaled by its trust ratio (else the ratio is 1):
+        the ``exclude_from_layer_adaptation`` rule does not exclude it."""
+        index = self._mask_index(variable)
+        return self._decided_adaptation(variable) if index is None else self._adapt_mask[index]
+
+    def exclude_from_weight_decay(self, var_list=None, var_names=None):
+        """Refused: pass the exclusions as the constructor's ``exclude_from_weight_decay``.
+
+        Keras's method keeps its exclusions out of `get_config` (a saved and reloaded
+        optimizer would decay them again) and matches ``var_names`` against short names
+        only ("gamma", not "layer_norm"); a variable list cannot be saved at all. One
+        mechanism that is saved and matches paths is what the rule argument gives.
+        """
+        raise ValueError(
+            f"{self.__class__.__name__}.exclude_from_weight_decay(var_list={var_list!r}, "
+            f"var_names={var_names!r}) is not supported: pass the exclusions to the "
+            'constructor, e.g. exclude_from_weight_decay=["gamma", "bias"] (regular '
+            "expressions searched in variable.path, saved with the optimizer's config) or a "
+            "callable variable -> bool"
+        )
 
     def _record_trust_ratio(self, variable, ratio):
         if self._trust_ratio_records is not None:
-            self.assign(self._trust_ratio_records[self._get_variable_index(variable)], ratio)
+            index = _keras_internals.variable_index(self, variable)
+            self.assign(self._trust_ratio_records[index], ratio)
 
     def trust_ratios(self):
         """The trust ratio applied to each variable at the last update, by variable path.
@@ -194,7 +238,9 @@ class LayerwiseAdaptiveOptimizer(keras.optimizers.Optimizer):
             return {}
         return {
             variable.path: float(ops.convert_to_numpy(record))
-            for variable, record in zip(self._trainable_variables, self._trust_ratio_records)
+            for variable, record in zip(
+                _keras_internals.trainable_variables(self), self._trust_ratio_records
+            )
         }
 
     def measure_gradient_noise_scale(self, batch_size, ema_decay):

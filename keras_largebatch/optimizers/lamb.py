@@ -1,5 +1,7 @@
 """LAMB: layer-wise adaptive moments for large-batch training."""
 
+import warnings
+
 import keras
 from keras import ops
 
@@ -36,7 +38,10 @@ class LAMB(LayerwiseAdaptiveOptimizer):
         epsilon: added to ``sqrt(v_hat)`` (outside the square root), >= 0. Defaults to
             ``1e-6``, the paper's and BERT's value (Keras's `Lamb` uses 1e-7).
         weight_decay: decoupled decay rate added inside the update, >= 0. Defaults to
-            ``0.0``; BERT pretraining uses ``0.01``.
+            ``0.0``; BERT pretraining uses ``0.01``; ``None`` means 0, as in Keras. With a
+            zero gradient the update is ``weight_decay * w`` and its trust ratio
+            ``1 / weight_decay``, so an unused variable shrinks by ``learning_rate * w`` per
+            step whatever the decay: exclude it or bound the ratio (``max_trust_ratio``).
         bias_correction: divide the moments by ``1 - beta**t``. Defaults to ``True``; the
             google-research/bert optimizer runs without it.
         exclude_from_weight_decay: ``None`` (default: biases and normalization parameters are
@@ -56,8 +61,8 @@ class LAMB(LayerwiseAdaptiveOptimizer):
         clipvalue: as in Keras, on the global-batch gradient.
         global_clipnorm: as in Keras, on the global-batch gradient. ``global_clipnorm=1.0`` is
             NVIDIA's NVLAMB pre-normalization.
-        gradient_accumulation_steps: int >= 1 or ``None``; update every k micro-batches with
-            their mean gradient. Works under `tf.distribute` strategies.
+        gradient_accumulation_steps: int >= 2, or ``None`` for none (as in Keras); update
+            every k micro-batches with their mean gradient. Works under `tf.distribute` strategies.
         name: as in `keras.optimizers.Optimizer`. Defaults to ``"lamb"``.
         use_ema: as in `keras.optimizers.Optimizer`.
         ema_momentum: as in `keras.optimizers.Optimizer`.
@@ -175,10 +180,10 @@ class LAMB(LayerwiseAdaptiveOptimizer):
             )
         else:
             update = ops.divide(m, ops.add(ops.sqrt(v), self.epsilon))
-        if self._decays(variable):
+        if self.decays(variable):
             update = ops.add(update, ops.multiply(weights, ops.cast(self.weight_decay, dtype)))
 
-        if self._adapts(variable):
+        if self.adapts(variable):
             ratio = trust_ratio(
                 l2_norm(weights),
                 l2_norm(update),
@@ -202,3 +207,31 @@ class LAMB(LayerwiseAdaptiveOptimizer):
             }
         )
         return config
+
+    @classmethod
+    def from_config(cls, config, custom_objects=None):
+        """Also reads a `keras.optimizers.Lamb` config (one without this class's
+        ``bias_correction`` and ``exclude_from_layer_adaptation``), keeping its epsilon and
+        rate: every variable is then adapted and (with ``weight_decay``) decayed, as Keras's
+        `Lamb` does. A warning says once what still differs.
+        """
+        if not any(key in config for key in _OWN_CONFIG_KEYS):
+            config = {
+                **config,
+                "exclude_from_weight_decay": [],
+                "exclude_from_layer_adaptation": [],
+            }
+            warnings.warn(
+                "LAMB.from_config read a keras.optimizers.Lamb config: every variable is "
+                "adapted and decayed as in Keras's Lamb (exclude_from_weight_decay=[], "
+                "exclude_from_layer_adaptation=[]) and its epsilon "
+                f"{config.get('epsilon')} is kept; the weight decay, if any, is applied "
+                "inside the trust ratio, where Keras's Lamb shrinks w by lr * weight_decay * w "
+                "outside it",
+                stacklevel=2,
+            )
+        return super().from_config(config, custom_objects=custom_objects)
+
+
+# Keys a LAMB config always holds and a `keras.optimizers.Lamb` config never does.
+_OWN_CONFIG_KEYS = ("bias_correction", "exclude_from_layer_adaptation")

@@ -33,7 +33,8 @@ class LARS(LayerwiseAdaptiveOptimizer):
         momentum: momentum in [0, 1). Defaults to ``0.9`` (0.94-0.95 at batch 32K+).
         trust_coefficient: eta, > 0. Defaults to ``0.001``.
         epsilon: added to the trust-ratio denominator, >= 0. Defaults to ``0.0`` (MLPerf).
-        weight_decay: decay rate added to the gradient, >= 0. Defaults to ``0.0``.
+        weight_decay: decay rate added to the gradient, >= 0. Defaults to ``0.0``; ``None``
+            means 0, as in Keras.
         nesterov: Nesterov momentum. Defaults to ``False``.
         clip: LARC's clip mode, ``trust = min(trust / learning_rate, 1)``, so that the
             local rate never exceeds the global one (NVIDIA apex LARC). Defaults to ``False``.
@@ -53,7 +54,7 @@ class LARS(LayerwiseAdaptiveOptimizer):
             sum and accumulation (like ``clipvalue`` and ``global_clipnorm``).
         clipvalue: as in Keras, on the global-batch gradient.
         global_clipnorm: as in Keras, on the global-batch gradient.
-        gradient_accumulation_steps: int >= 1 or ``None``.
+        gradient_accumulation_steps: int >= 2 or ``None`` (none, as in Keras).
         name: as in `keras.optimizers.Optimizer`. Defaults to ``"lars"``.
         use_ema: as in `keras.optimizers.Optimizer`.
         ema_momentum: as in `keras.optimizers.Optimizer`.
@@ -143,14 +144,14 @@ class LARS(LayerwiseAdaptiveOptimizer):
         dtype = variable.dtype
         gradient = ops.cast(gradient, dtype)
         learning_rate = ops.cast(learning_rate, dtype)
-        decays = self._decays(variable)
+        decays = self.decays(variable)
 
         direction = gradient
         if decays:
             direction = ops.add(
                 gradient, ops.multiply(variable, ops.cast(self.weight_decay, dtype))
             )
-        if self._adapts(variable):
+        if self.adapts(variable):
             weight_norm = l2_norm(variable)
             gradient_norm = l2_norm(gradient)
             denominator = gradient_norm + self.epsilon

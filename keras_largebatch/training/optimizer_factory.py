@@ -16,7 +16,8 @@ recipe's config refuses it at load (`keras_largebatch.training.config.check_base
 import keras
 
 from keras_largebatch._checks import check_choice
-from keras_largebatch.optimizers import LAMB, LARS, ExclusionRule
+from keras_largebatch.optimizers import LAMB, LARS, ExclusionRule, _keras_internals
+from keras_largebatch.optimizers.base import LayerwiseAdaptiveOptimizer
 
 LAYERWISE_OPTIMIZERS = {"lamb": LAMB, "lars": LARS}
 KERAS_BASELINES = {
@@ -102,3 +103,21 @@ def excluded_variables(exclude_from_weight_decay, variables):
         )
     rule = ExclusionRule(exclude_from_weight_decay, "exclude_from_weight_decay")
     return [variable for variable in variables if rule.excludes(variable)]
+
+
+def decays(optimizer, variable):
+    """Whether ``optimizer`` (ours or one of `KERAS_BASELINES`) applies weight decay to
+    ``variable``: ours answer `optimizer.decays`; Keras's decay it when their ``weight_decay``
+    is set and `exclude_from_weight_decay` did not exclude it."""
+    if isinstance(optimizer, LayerwiseAdaptiveOptimizer):
+        return optimizer.decays(variable)
+    return _keras_internals.keras_decays(optimizer, variable)
+
+
+def adapts(optimizer, variable):
+    """Whether ``optimizer`` scales ``variable``'s step by a trust ratio: ours answer
+    `optimizer.adapts`; Keras's `Lamb` adapts every variable (it has no exclusion), its
+    `SGD` and `AdamW` none."""
+    if isinstance(optimizer, LayerwiseAdaptiveOptimizer):
+        return optimizer.adapts(variable)
+    return isinstance(optimizer, keras.optimizers.Lamb)

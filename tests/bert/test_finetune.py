@@ -27,6 +27,7 @@ from keras_largebatch.bert.finetuning import default_task as default_task_lib
 from keras_largebatch.bert.finetuning import glue as glue_lib
 from keras_largebatch.bert.finetuning import recipe as finetune_recipe
 from keras_largebatch.bert.pretraining import config as pretrain_config_lib
+from keras_largebatch.training.optimizer_factory import decays
 from keras_largebatch.training.plan import plan_run
 from tests.support.config_fields import assert_fields_documented
 from tests.support.runs import Interrupt, InterruptAfter, checkpoint_arrays
@@ -270,14 +271,13 @@ def test_the_optimizers_follow_bert_s_recipe(tmp_path, files, name):
     # 10% linear warmup from 0 to the peak, then linear decay to 0.
     rates = [float(optimizer._learning_rate(step)) for step in (0, 3, 6, 33, 60)]
     np.testing.assert_allclose(rates, [0.0, 1.0e-2, 2.0e-2, 1.0e-2, 0.0], atol=1e-7)
-    decays = optimizer._decays if name == "lamb" else optimizer._use_weight_decay
-    undecayed = {v.path for v in model.trainable_variables if not decays(v)}
+    undecayed = {v.path for v in model.trainable_variables if not decays(optimizer, v)}
     assert undecayed == {
         v.path for v in model.trainable_variables if "layer_norm" in v.path or "bias" in v.path
     }
     assert "logits/bias" in undecayed and "logits/kernel" not in undecayed
     if name == "lamb":
-        unadapted = {v.path for v in model.trainable_variables if not optimizer._adapts(v)}
+        unadapted = {v.path for v in model.trainable_variables if not optimizer.adapts(v)}
         assert unadapted == undecayed
 
 

@@ -142,8 +142,8 @@ def test_bert_exclusions_match_exactly_layer_norms_and_biases():
         exclude_from_layer_adaptation=list(config_lib.BERT_EXCLUSIONS),
     )
     optimizer.build(model.trainable_weights)
-    excluded_from_decay = {w.path for w in model.trainable_weights if not optimizer._decays(w)}
-    excluded_from_adaptation = {w.path for w in model.trainable_weights if not optimizer._adapts(w)}
+    excluded_from_decay = {w.path for w in model.trainable_weights if not optimizer.decays(w)}
+    excluded_from_adaptation = {w.path for w in model.trainable_weights if not optimizer.adapts(w)}
     assert excluded_from_decay == expected
     assert excluded_from_adaptation == expected
 

@@ -21,6 +21,7 @@ from keras_largebatch.bert import pretraining as pretrain_lib
 from keras_largebatch.bert.pretraining import __main__ as pretrain_command
 from keras_largebatch.bert.pretraining import config as config_lib
 from keras_largebatch.bert.pretraining import recipe as recipe_lib
+from keras_largebatch.training.optimizer_factory import decays
 from keras_largebatch.training.plan import plan_run
 from keras_largebatch.training.run_directory import SUMMARY_FILENAME
 from tests.support.bert_records import write_records
@@ -471,7 +472,7 @@ def test_adamw_for_comparison_excludes_the_same_variables_from_decay(tmp_path, r
     phase = plan_run(config, num_replicas=1).phases[0]
     optimizer = recipe_lib.build_optimizer(config.optimizer, phase, model)
     optimizer.build(model.trainable_variables)
-    decayed = {v.path for v in model.trainable_variables if optimizer._use_weight_decay(v)}
+    decayed = {v.path for v in model.trainable_variables if decays(optimizer, v)}
     excluded = {v.path for v in model.trainable_variables} - decayed
     assert excluded and all("layer_norm" in path or path.endswith("bias") for path in excluded)
     assert any(path.endswith("token_embedding/embeddings") for path in decayed)

@@ -21,32 +21,13 @@ import numpy as np
 import pytest
 
 from keras_largebatch import LAMB
+from keras_largebatch.optimizers import _keras_internals
 from keras_largebatch.optimizers.base import LayerwiseAdaptiveOptimizer
 from tests.support.runs import ROOT
 
-# Methods base.py overrides: Keras calls ours in place of its own. Name -> parameters.
-OVERRIDDEN = {
-    "_backend_apply_gradients": ("self", "grads", "trainable_variables"),
-    "_apply_weight_decay": ("self", "variables"),
-    "_get_current_learning_rate": ("self",),
-}
-# Methods base.py calls.
-CALLED = {
-    "_use_weight_decay": ("self", "variable"),
-    "_get_variable_index": ("self", "variable"),
-    "_clip_gradients": ("self", "grads"),
-    "_update_model_variables_moving_average": ("self", "trainable_variables"),
-    "_overwrite_model_variables_with_average_value": ("self", "trainable_variables"),
-}
-# Attributes base.py reads (`_distribution_strategy`: _tensorflow.py, on TensorFlow only).
-ATTRIBUTES = (
-    "_trainable_variables",
-    "_accumulated_gradients",
-    "_model_variables_moving_average",
-    "_iterations",
-    "_learning_rate",
-    "_distribution_strategy",
-)
+OVERRIDDEN = _keras_internals.OVERRIDDEN
+CALLED = _keras_internals.CALLED
+ATTRIBUTES = _keras_internals.ATTRIBUTES
 
 
 def _where():

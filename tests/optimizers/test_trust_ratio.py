@@ -97,13 +97,23 @@ def test_pattern_and_callable_rules():
     ) == len(model.trainable_variables)
 
 
-def test_keras_exclude_from_weight_decay_still_works():
+@pytest.mark.parametrize("optimizer_class", [LAMB, LARS])
+def test_keras_exclude_from_weight_decay_is_refused_for_the_constructor_rule(optimizer_class):
+    # One exclusion mechanism: Keras's method would keep its exclusions out of get_config.
+    optimizer = optimizer_class(learning_rate=0.1, weight_decay=0.5)
+    with pytest.raises(ValueError, match=r"var_names=\['kernel'\].*exclude_from_weight_decay="):
+        optimizer.exclude_from_weight_decay(var_names=["kernel"])
     model = _model()
-    optimizer = LAMB(learning_rate=0.1, weight_decay=0.5, exclude_from_weight_decay=[])
-    optimizer.exclude_from_weight_decay(var_names=["kernel"])
-    decayed = _adapted_and_decayed(optimizer, model)
+    # The constructor rule it points to excludes the same variables, and is saved.
+    optimizer = optimizer_class(
+        learning_rate=0.1, weight_decay=0.5, exclude_from_weight_decay=["kernel"]
+    )
+    optimizer.build(model.trainable_variables)
+    decayed = {v.path for v in model.trainable_variables if optimizer.decays(v)}
     assert not any(path.endswith("kernel") for path in decayed)
     assert "embedding/embeddings" in decayed
+    restored = optimizer_class.from_config(optimizer.get_config())
+    assert {v.path for v in model.trainable_variables if restored.decays(v)} == decayed
 
 
 def _tiny_keras_hub_bert():

@@ -44,7 +44,14 @@ COMMON = [
         "gradient_accumulation_steps",
         0,
         ValueError,
-        r"gradient_accumulation_steps must be in \[1, inf\], got 0",
+        r"gradient_accumulation_steps must be an integer >= 2, or None for no accumulation "
+        r"\(as in Keras\), got 0",
+    ),
+    (
+        "gradient_accumulation_steps",
+        1,
+        ValueError,
+        r"gradient_accumulation_steps must be an integer >= 2, or None .*got 1",
     ),
     (
         "gradient_accumulation_steps",

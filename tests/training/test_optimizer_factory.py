@@ -3,9 +3,14 @@
 import keras
 import pytest
 
-from keras_largebatch.optimizers import LAMB, LARS
+from keras_largebatch.optimizers import LARS
 from keras_largebatch.schedules import WarmupPolynomialDecay
-from keras_largebatch.training.optimizer_factory import OPTIMIZER_NAMES, create_optimizer
+from keras_largebatch.training.optimizer_factory import (
+    OPTIMIZER_NAMES,
+    adapts,
+    create_optimizer,
+    decays,
+)
 
 
 def _model():
@@ -25,11 +30,7 @@ def _model():
 def _undecayed(optimizer, variables):
     """The paths below the model's name of the variables ``optimizer`` does not decay."""
     optimizer.build(variables)
-    if isinstance(optimizer, (LAMB, LARS)):
-        decays = optimizer._decays
-    else:
-        decays = optimizer._use_weight_decay
-    return {v.path.split("/", 1)[1] for v in variables if not decays(v)}
+    return {v.path.split("/", 1)[1] for v in variables if not decays(optimizer, v)}
 
 
 @pytest.mark.parametrize(
@@ -95,3 +96,24 @@ def test_bad_names_and_missing_variables_are_refused():
     assert OPTIMIZER_NAMES == ("lamb", "lars", "sgd", "adamw", "keras_lamb")
     with pytest.raises(ValueError, match=r"pass variables=model.trainable_variables"):
         create_optimizer("sgd", 0.1, weight_decay=0.01, exclude_from_weight_decay=["bias"])
+
+
+def test_adapts_answers_for_every_optimizer():
+    _, variables = _model()
+    expected = {
+        # Keras's Lamb has a trust ratio on every variable and no exclusion; SGD and AdamW none.
+        "keras_lamb": {v.path for v in variables},
+        "sgd": set(),
+        "adamw": set(),
+        # Ours: the default rule leaves ranks 0 and 1 out.
+        "lamb": {v.path for v in variables if len(v.shape) >= 2},
+        "lars": {v.path for v in variables if len(v.shape) >= 2},
+    }
+    for name, adapted in expected.items():
+        optimizer = create_optimizer(name, 0.1, weight_decay=0.01, variables=variables)
+        optimizer.build(variables)
+        assert {v.path for v in variables if adapts(optimizer, v)} == adapted, name
+        # Without weight decay nothing decays, whatever the exclusions.
+        optimizer = create_optimizer(name, 0.1, weight_decay=0.0, variables=variables)
+        optimizer.build(variables)
+        assert not any(decays(optimizer, v) for v in variables), name

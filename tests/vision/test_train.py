@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from keras_largebatch import vision as train_lib
+from keras_largebatch.training.optimizer_factory import decays
 from keras_largebatch.training.plan import plan_run
 from keras_largebatch.vision import __main__ as train_command
 from keras_largebatch.vision import config as config_lib
@@ -276,7 +277,7 @@ def test_lars_and_sgd_leave_batch_norm_and_biases_undecayed(records):
     phase = plan_run(config, num_replicas=1).phases[0]
     sgd = recipe.build_optimizer(phase, model)
     sgd.build(model.trainable_variables)
-    undecayed = {v.path for v in model.trainable_variables if not sgd._use_weight_decay(v)}
+    undecayed = {v.path for v in model.trainable_variables if not decays(sgd, v)}
     # keras-hub names its batch-norm layers "..._bn"; their variables are gamma and beta.
     assert undecayed and all(
         path.endswith(("_bn/gamma", "_bn/beta", "/bias")) for path in undecayed
@@ -286,8 +287,8 @@ def test_lars_and_sgd_leave_batch_norm_and_biases_undecayed(records):
     )
     lars = ImageClassification(_imagenet("unused", records)).build_optimizer(phase, model)
     lars.build(model.trainable_variables)
-    assert {v.path for v in model.trainable_variables if not lars._decays(v)} == undecayed
-    assert {v.path for v in model.trainable_variables if not lars._adapts(v)} == undecayed
+    assert {v.path for v in model.trainable_variables if not lars.decays(v)} == undecayed
+    assert {v.path for v in model.trainable_variables if not lars.adapts(v)} == undecayed
 
 
 @pytest.mark.parametrize(
