@@ -145,6 +145,7 @@ class LayerwiseAdaptiveOptimizer(keras.optimizers.Optimizer):
         self.max_trust_ratio = max_trust_ratio
         self.record_trust_ratio = record_trust_ratio
         self._noise_scale = None
+        self._assign_only_where = None
 
     def build(self, variables):
         if self.built:
@@ -382,16 +383,37 @@ class LayerwiseAdaptiveOptimizer(keras.optimizers.Optimizer):
     def _accumulate_without_branches(
         self, grads, variables, learning_rate, totals, accumulators, is_update_step
     ):
-        # JAX traces both branches of a cond with stateless variables, so compute the update
-        # and keep it or the old values with `where`.
-        state = list(variables) + [v for v in self.variables if v is not self._iterations]
-        before = [v.value for v in state]
-        for grad, variable in zip(grads, variables):
-            self.update_step(grad, variable, learning_rate)
-        for variable, old in zip(state, before):
-            self.assign(variable, ops.where(is_update_step, variable.value, old))
+        # JAX traces both branches of a cond with stateless variables, so the update is
+        # computed and each value it assigns is chosen, as it is assigned, between the new
+        # value and the variable's own (`assign` below). Choosing only after every update
+        # would make XLA keep the old weights and moments alive beside the new ones: the
+        # new weights read the new moments while the old ones are still needed.
+        self._assign_only_where = is_update_step
+        try:
+            for grad, variable in zip(grads, variables):
+                self.update_step(grad, variable, learning_rate)
+        finally:
+            self._assign_only_where = None
         for accumulator, total in zip(accumulators, totals):
             self.assign(accumulator, ops.where(is_update_step, ops.zeros_like(total), total))
+
+    def assign(self, variable, value):
+        condition = getattr(self, "_assign_only_where", None)
+        if condition is not None:
+            value = ops.where(condition, value, variable.value)
+        super().assign(variable, value)
+
+    def assign_add(self, variable, value):
+        if getattr(self, "_assign_only_where", None) is not None:
+            self.assign(variable, ops.add(variable.value, value))
+            return
+        super().assign_add(variable, value)
+
+    def assign_sub(self, variable, value):
+        if getattr(self, "_assign_only_where", None) is not None:
+            self.assign(variable, ops.subtract(variable.value, value))
+            return
+        super().assign_sub(variable, value)
 
     def get_config(self):
         config = super().get_config()
