@@ -188,6 +188,17 @@ class LayerwiseAdaptiveOptimizer(keras.optimizers.Optimizer):
                 for _ in variables
             ]
 
+    def add_variable_from_reference(self, reference_variable, name=None, initializer="zeros"):
+        # Under tf.distribute, each replica accumulates its own micro-batch gradients in its
+        # own copy of the accumulator; they are summed once per optimizer step.
+        if name == "gradient_accumulator" and keras.backend.backend() == "tensorflow":
+            from keras_largebatch.optimizers import _tensorflow
+
+            variable = _tensorflow.replica_local_accumulator(self, reference_variable, name)
+            if variable is not None:
+                return variable
+        return super().add_variable_from_reference(reference_variable, name, initializer)
+
     def _decays(self, variable):
         """Whether weight decay applies to ``variable`` (decided at build)."""
         return self._decay_mask[self._get_variable_index(variable)]
@@ -287,8 +298,13 @@ class LayerwiseAdaptiveOptimizer(keras.optimizers.Optimizer):
                 for v in trainable_variables
             ]
             totals = [ops.add(a, ops.cast(g, a.dtype)) for a, g in zip(accumulators, grads)]
-            grads = [ops.divide(t, steps) for t in totals]
             is_update_step = ops.equal((micro_step + 1) % steps, 0)
+            summed = totals
+            if self._reduce_once():
+                from keras_largebatch.optimizers import _tensorflow
+
+                summed = _tensorflow.sum_on_update_step(totals, is_update_step)
+            grads = [ops.divide(t, steps) for t in summed]
         step_finite = self._check_step(grads, finite, is_update_step)
         if self._noise_scale is not None:
             self._noise_scale.update(self, small_squared_norm, grads, is_update_step, finite)
@@ -375,6 +391,17 @@ class LayerwiseAdaptiveOptimizer(keras.optimizers.Optimizer):
             # all-reduce.
             *grads, summed = context.all_reduce("SUM", list(grads) + [squared_norm(grads)])
             small_squared_norm = summed * context.num_replicas_in_sync
+        elif context is not None and self._reduce_once():
+            # Each replica accumulates its own share; `sum_on_update_step` sums the totals.
+            # Whether a micro-batch is finite on every replica still takes one scalar
+            # reduction, unless only whole steps are checked (skip_non_finite_steps).
+            if not self.skip_non_finite_steps:
+                bad = ops.cast(ops.logical_not(_all_finite(grads)), "float32")
+                finite = ops.equal(context.all_reduce("SUM", bad), 0.0)
+                self._iterations.assign_sub(
+                    ops.cast(ops.logical_not(finite), self._iterations.dtype)
+                )
+            return grads, finite, _tensorflow.read_after(self._iterations, grads), None
         elif context is not None:
             grads = context.all_reduce("SUM", list(grads))
         if context is not None and not (
@@ -388,6 +415,16 @@ class LayerwiseAdaptiveOptimizer(keras.optimizers.Optimizer):
             # Keras's `apply` adds 1 to the micro-step counter after this method returns.
             self._iterations.assign_sub(ops.cast(ops.logical_not(finite), self._iterations.dtype))
         return grads, finite, _tensorflow.read_after(self._iterations, grads), small_squared_norm
+
+    def _reduce_once(self):
+        """Whether the micro-batch gradients stay on their replicas until the update step:
+        under tf.distribute with replica-local accumulators, unless the noise scale is
+        measured (it reads every micro-batch's sum over replicas)."""
+        return (
+            bool(self.gradient_accumulation_steps)
+            and self._noise_scale is None
+            and getattr(self._accumulated_gradients[0], "synchronization", None) == "on_read"
+        )
 
     def _check_step(self, grads, finite, is_update_step):
         """With ``skip_non_finite_steps``: whether the gradient this optimizer step applies
