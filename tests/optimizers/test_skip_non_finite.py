@@ -74,3 +74,38 @@ def test_mirrored_skip_is_decided_on_the_summed_gradient():
             np.testing.assert_allclose(value, wanted, rtol=1e-5, atol=1e-6)
     assert int(optimizer.skipped_steps.numpy()) == 1
     assert per_replica(optimizer._iterations) == [4, 4]
+
+
+@pytest.mark.parametrize("skip", [False, True])
+def test_mirrored_accumulation_reduces_the_gradients_once_per_optimizer_step(skip):
+    # Counts, as they run, the gradient tensors the strategy reduces over 8 micro-batches of
+    # 4-step accumulation on 2 replicas: one batched reduction of the 2 gradients per step.
+    import tensorflow as tf
+
+    counts = tf.Variable([0, 0], dtype=tf.int64)
+
+    class Counting(tf.distribute.ReductionToOneDevice):
+        def batch_reduce_implementation(self, reduce_op, pairs, options):
+            gradients = sum(1 for value, _ in pairs if value.values[0].shape.rank > 0)
+            counts.assign_add([gradients, len(pairs) - gradients])
+            return super().batch_reduce_implementation(reduce_op, pairs, options)
+
+    strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"], cross_device_ops=Counting())
+    with strategy.scope():
+        variables = [keras.Variable(np.ones((8, 4), "float32"), name="kernel")]
+        variables.append(keras.Variable(np.ones((4,), "float32"), name="bias"))
+        optimizer = LAMB(1e-3, gradient_accumulation_steps=4, skip_non_finite_steps=skip)
+        optimizer.build(variables)
+
+    @tf.function
+    def step():
+        grads = [tf.ones((8, 4)), tf.ones((4,))]
+        strategy.run(lambda: optimizer.apply(grads, variables))
+
+    for _ in range(8):
+        step()
+    gradients, scalars = counts.numpy().tolist()
+    assert gradients == 2 * 2  # 2 optimizer steps, 2 gradients each, not 8 x 2
+    # Without the flag, whether each micro-batch is finite on every replica: 1 number each.
+    assert scalars == (0 if skip else 8)
+    assert int(optimizer.iterations.numpy()) == 2
