@@ -41,6 +41,21 @@ SMOKE = {
             )
         ],
     ),
+    "compiled_step.py": (
+        ["--smoke"],
+        [
+            f"jax/smoke/streams/{k}/{name}"
+            for k, names in (
+                ("no_accumulation", ("LAMB", "LARS", "keras_AdamW", "optax_lamb", "optax_lars")),
+                ("accumulation_2", ("LAMB", "LARS", "keras_AdamW")),
+            )
+            for name in names
+        ]
+        + [
+            "jax/smoke/collectives/all_reduces_per_optimizer_step",
+            "jax/smoke/collectives/bytes_per_optimizer_step",
+        ],
+    ),
     "distributed_step.py": (
         ["--size", "tiny", "--global-batch-size", "4", "--steps", "1", "--repeats", "1"],
         [
@@ -93,11 +108,11 @@ SMOKE = {
         ],
     ),
 }
-# Two queues of about equal length (62 and 63 s alone on 2 cores); the BERT input benchmarks
-# share one, in this order.
+# Two queues of about equal length (62 and 63 s alone on 2 cores, plus about 20 s for
+# compiled_step.py); the BERT input benchmarks share one, in this order.
 QUEUES = (
     ["input_pipeline.py", "pretraining.py", "resume.py", "image_training.py"],
-    ["distributed_step.py", "optimizer_step.py", "gradient_noise_scale.py"],
+    ["distributed_step.py", "optimizer_step.py", "gradient_noise_scale.py", "compiled_step.py"],
 )
 
 

@@ -20,6 +20,7 @@ CALLED = {
     "_clip_gradients": ("self", "grads"),
     "_update_model_variables_moving_average": ("self", "trainable_variables"),
     "_overwrite_model_variables_with_average_value": ("self", "trainable_variables"),
+    "_track_variable": ("self", "variable"),
 }
 # Attributes read (`_distribution_strategy`: _tensorflow.py, on TensorFlow only).
 ATTRIBUTES = (
@@ -54,3 +55,9 @@ def trainable_variables(optimizer):
 def distribution_strategy(optimizer):
     """The `tf.distribute` strategy the optimizer was made in (TensorFlow only)."""
     return optimizer._distribution_strategy
+
+
+def track_variable(optimizer, variable):
+    """Makes ``variable``, created outside `add_variable`, one of the optimizer's variables (saved
+    and restored with them)."""
+    optimizer._track_variable(variable)

@@ -112,3 +112,63 @@ def variable_scope(optimizer):
     """The scope to create ``optimizer``'s variables in after `build` (e.g. from a callback):
     its strategy's, so that every replica holds a copy."""
     return _keras_internals.distribution_strategy(optimizer).scope()
+
+
+def replica_local_accumulator(optimizer, reference_variable, name):
+    """An accumulator each replica keeps to itself (``synchronization="on_read"``,
+    ``aggregation="sum"``: read across replicas it is their sum), or None on one replica.
+
+    Each replica adds its own micro-batch gradients to its copy with no communication; the
+    copies are summed once, at the step that applies them (`sum_on_update_step`).
+    """
+    strategy = _keras_internals.distribution_strategy(optimizer)
+    if strategy.num_replicas_in_sync == 1:
+        return None
+    with keras.name_scope(optimizer.name, caller=optimizer):
+        variable = keras.Variable(
+            initializer="zeros",
+            shape=reference_variable.shape,
+            dtype=reference_variable.dtype,
+            trainable=False,
+            aggregation="sum",
+            synchronization="on_read",
+            name=f"{reference_variable.path.replace('/', '_')}_{name}",
+        )
+    _keras_internals.track_variable(optimizer, variable)
+    return variable
+
+
+def sum_on_update_step(totals, is_update_step):
+    """In a replica context: on an update step, the sum over replicas of each replica's
+    ``totals`` (one batched reduction for all of them); on other steps, this replica's own
+    ``totals``, with no communication.
+
+    A `merge_call` holds the `cond`, so the reduction runs in the cross-replica context
+    where `tf.distribute` allows collectives, and every replica takes the same branch (the
+    step counter is replica 0's).
+    """
+    context = tf.distribute.get_replica_context()
+
+    def merge(strategy, totals, is_update_step):
+        flag = strategy.experimental_local_results(is_update_step)[0]
+        # This worker's replicas (every worker of MultiWorkerMirroredStrategy has as many).
+        replicas = len(strategy.experimental_local_results(totals[0]))
+
+        def reduce():
+            summed = strategy.extended.batch_reduce_to(
+                tf.distribute.ReduceOp.SUM, [(t, t) for t in totals]
+            )
+            return [v for s in summed for v in strategy.experimental_local_results(s)]
+
+        def keep():
+            return [v for t in totals for v in strategy.experimental_local_results(t)]
+
+        flat = tf.cond(flag, reduce, keep)
+        return strategy.experimental_distribute_values_from_function(
+            lambda replica: [
+                flat[i * replicas + replica.replica_id_in_sync_group % replicas]
+                for i in range(len(totals))
+            ]
+        )
+
+    return context.merge_call(merge, args=(list(totals), is_update_step))

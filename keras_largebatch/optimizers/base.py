@@ -25,6 +25,13 @@ only, so without this check an overflow on another replica would reach the weigh
 of them. The loss scale itself is still LossScaleOptimizer's: it is not halved when only a
 replica other than 0 overflowed.
 
+With ``skip_non_finite_steps=True`` a non-finite optimizer step is skipped whole on any
+number of replicas and backends: under accumulation the check is made on the accumulated sum
+of its micro-batches at the step that would apply it (so a NaN in one micro-batch skips all
+of them, and the accumulators restart), the step count does not advance, and the int
+variable ``skipped_steps`` counts the skipped steps. On JAX, where both branches of a `cond`
+run, each value the update assigns is chosen with `where` as it is assigned.
+
 `measure_gradient_noise_scale` (called by the `keras_largebatch.GradientNoiseScale` callback)
 adds to the step the squared norms of a small-batch and a big-batch gradient (see
 `noise_scale.py`); until it is called the step computes nothing for it.
@@ -118,12 +125,14 @@ class LayerwiseAdaptiveOptimizer(keras.optimizers.Optimizer):
         loss_scale_factor,
         gradient_accumulation_steps,
         name,
+        skip_non_finite_steps=False,
         **kwargs,
     ):
         _check_learning_rate(learning_rate)
         # None means no decay everywhere in Keras (`keras.optimizers.Lamb().get_config()`
         # stores it).
         weight_decay = 0.0 if weight_decay is None else weight_decay
+        check_bool("skip_non_finite_steps", skip_non_finite_steps)
         check_number("weight_decay", weight_decay, low=0.0)
         _check_trust_ratio_bounds(min_trust_ratio, max_trust_ratio)
         check_bool("record_trust_ratio", record_trust_ratio)
@@ -158,6 +167,18 @@ class LayerwiseAdaptiveOptimizer(keras.optimizers.Optimizer):
         self.max_trust_ratio = max_trust_ratio
         self.record_trust_ratio = record_trust_ratio
         self._noise_scale = None
+        self._assign_only_where = None
+        self.skip_non_finite_steps = skip_non_finite_steps
+        self.skipped_steps = None
+        if skip_non_finite_steps:
+            # Created beside Keras's step counter (and like it, counted on replica 0 only).
+            self.skipped_steps = self.add_variable(
+                shape=(),
+                initializer="zeros",
+                dtype="int",
+                aggregation="only_first_replica",
+                name="skipped_steps",
+            )
 
     def build(self, variables):
         if self.built:
@@ -172,6 +193,17 @@ class LayerwiseAdaptiveOptimizer(keras.optimizers.Optimizer):
                 self.add_variable(shape=(), initializer="ones", dtype="float32", name="trust_ratio")
                 for _ in variables
             ]
+
+    def add_variable_from_reference(self, reference_variable, name=None, initializer="zeros"):
+        # Under tf.distribute, each replica accumulates its own micro-batch gradients in its
+        # own copy of the accumulator; they are summed once per optimizer step.
+        if name == "gradient_accumulator" and keras.backend.backend() == "tensorflow":
+            from keras_largebatch.optimizers import _tensorflow
+
+            variable = _tensorflow.replica_local_accumulator(self, reference_variable, name)
+            if variable is not None:
+                return variable
+        return super().add_variable_from_reference(reference_variable, name, initializer)
 
     def _decided_decay(self, variable):
         return self.weight_decay > 0 and not self._weight_decay_rule.excludes(variable)
@@ -312,23 +344,39 @@ class LayerwiseAdaptiveOptimizer(keras.optimizers.Optimizer):
                 for v in trainable_variables
             ]
             totals = [ops.add(a, ops.cast(g, a.dtype)) for a, g in zip(accumulators, grads)]
-            grads = [ops.divide(t, steps) for t in totals]
             is_update_step = ops.equal((micro_step + 1) % steps, 0)
+            summed = totals
+            if self._reduce_once():
+                from keras_largebatch.optimizers import _tensorflow
+
+                summed = _tensorflow.sum_on_update_step(totals, is_update_step)
+            grads = [ops.divide(t, steps) for t in summed]
+        step_finite = self._check_step(grads, finite, is_update_step)
         if self._noise_scale is not None:
             self._noise_scale.update(self, small_squared_norm, grads, is_update_step, finite)
         grads = self._clip_gradients(grads)
         learning_rate = self.learning_rate
         if not steps:
+            finite = step_finite if step_finite is not None else finite
+            if keras.backend.backend() == "jax" and finite is not None:
+                self._update_where(finite, grads, trainable_variables, learning_rate)
+            else:
 
-            def step(variable, grad, learning_rate, finite):
-                _if_finite(finite, lambda: self.update_step(grad, variable, learning_rate))
+                def step(variable, grad, learning_rate, finite):
+                    _if_finite(finite, lambda: self.update_step(grad, variable, learning_rate))
 
-            _for_each_variable(
-                self, step, trainable_variables, [grads], shared=(learning_rate, finite)
-            )
+                _for_each_variable(
+                    self, step, trainable_variables, [grads], shared=(learning_rate, finite)
+                )
         elif keras.backend.backend() == "jax":
             self._accumulate_without_branches(
-                grads, trainable_variables, learning_rate, totals, accumulators, is_update_step
+                grads,
+                trainable_variables,
+                learning_rate,
+                totals,
+                accumulators,
+                is_update_step,
+                step_finite,
             )
         else:
             self._accumulate_with_cond(
@@ -339,6 +387,7 @@ class LayerwiseAdaptiveOptimizer(keras.optimizers.Optimizer):
                 accumulators,
                 is_update_step,
                 finite,
+                step_finite,
             )
         if self.use_ema:
             self._update_model_variables_moving_average(self._trainable_variables)
@@ -388,9 +437,24 @@ class LayerwiseAdaptiveOptimizer(keras.optimizers.Optimizer):
             # all-reduce.
             *grads, summed = context.all_reduce("SUM", list(grads) + [squared_norm(grads)])
             small_squared_norm = summed * context.num_replicas_in_sync
+        elif context is not None and self._reduce_once():
+            # Each replica accumulates its own share; `sum_on_update_step` sums the totals.
+            # Whether a micro-batch is finite on every replica still takes one scalar
+            # reduction, unless only whole steps are checked (skip_non_finite_steps).
+            if not self.skip_non_finite_steps:
+                bad = ops.cast(ops.logical_not(_all_finite(grads)), "float32")
+                finite = ops.equal(context.all_reduce("SUM", bad), 0.0)
+                self._iterations.assign_sub(
+                    ops.cast(ops.logical_not(finite), self._iterations.dtype)
+                )
+            return grads, finite, _tensorflow.read_after(self._iterations, grads), None
         elif context is not None:
             grads = context.all_reduce("SUM", list(grads))
-        if context is not None:
+        if context is not None and not (
+            self.skip_non_finite_steps and self.gradient_accumulation_steps
+        ):
+            # (With skip_non_finite_steps under accumulation, the whole optimizer step is
+            # checked instead, on the accumulated sum: see `_check_step`.)
             # LossScaleOptimizer checks replica 0's unreduced gradient; the sum is what every
             # replica applies, so it is the one that must be finite.
             finite = _all_finite(grads)
@@ -398,18 +462,79 @@ class LayerwiseAdaptiveOptimizer(keras.optimizers.Optimizer):
             self._iterations.assign_sub(ops.cast(ops.logical_not(finite), self._iterations.dtype))
         return grads, finite, _tensorflow.read_after(self._iterations, grads), small_squared_norm
 
+    def _reduce_once(self):
+        """Whether the micro-batch gradients stay on their replicas until the update step:
+        under tf.distribute with replica-local accumulators, unless the noise scale is
+        measured (it reads every micro-batch's sum over replicas)."""
+        return (
+            bool(self.gradient_accumulation_steps)
+            and self._noise_scale is None
+            and getattr(self._accumulated_gradients[0], "synchronization", None) == "on_read"
+        )
+
+    def _check_step(self, grads, finite, is_update_step):
+        """With ``skip_non_finite_steps``: whether the gradient this optimizer step applies
+        (the mean of the accumulated micro-batches, summed over replicas) is finite, else
+        None. A non-finite step is counted in `skipped_steps` and takes back its place in
+        the step counter, so that `iterations` counts the steps applied."""
+        if not self.skip_non_finite_steps:
+            return None
+        steps = self.gradient_accumulation_steps
+        if finite is not None and not steps:
+            # Already checked on the sum over replicas, and the counter already put back.
+            step_finite = finite
+            skipped = ops.logical_not(finite)
+        else:
+            step_finite = _all_finite(grads)
+            skipped = ops.logical_not(step_finite)
+            if steps:
+                skipped = ops.logical_and(skipped, is_update_step)
+                if finite is not None:
+                    # A micro-batch already skipped on its own adds nothing to count.
+                    skipped = ops.logical_and(skipped, finite)
+            # Keras's `apply` adds 1 to the micro-step counter after this method returns;
+            # a skipped accumulated step starts its k micro-batches again.
+            self._iterations.assign_sub(ops.cast(skipped, self._iterations.dtype) * (steps or 1))
+        self.skipped_steps.assign_add(ops.cast(skipped, self.skipped_steps.dtype))
+        return step_finite
+
+    def _update_where(self, condition, grads, variables, learning_rate):
+        # JAX: every value `update_step` assigns is chosen between the new value and the
+        # variable's own as it is assigned (see `assign`).
+        self._assign_only_where = condition
+        try:
+            for grad, variable in zip(grads, variables):
+                self.update_step(grad, variable, learning_rate)
+        finally:
+            self._assign_only_where = None
+
     def _accumulate_with_cond(
-        self, grads, variables, learning_rate, totals, accumulators, is_update_step, finite
+        self,
+        grads,
+        variables,
+        learning_rate,
+        totals,
+        accumulators,
+        is_update_step,
+        finite,
+        step_finite,
     ):
         # The branch is taken per variable, inside the per-device update function, where a
         # `cond` holds no `merge_call`: this is what lets accumulation run under
         # MirroredStrategy.
 
         def step_or_accumulate(
-            variable, grad, total, accumulator, learning_rate, is_update_step, finite
+            variable,
+            grad,
+            total,
+            accumulator,
+            learning_rate,
+            is_update_step,
+            finite,
+            step_finite,
         ):
             def update():
-                self.update_step(grad, variable, learning_rate)
+                _if_finite(step_finite, lambda: self.update_step(grad, variable, learning_rate))
                 self.assign(accumulator, ops.zeros_like(total))
 
             _if_finite(
@@ -422,22 +547,41 @@ class LayerwiseAdaptiveOptimizer(keras.optimizers.Optimizer):
             step_or_accumulate,
             variables,
             [grads, totals, accumulators],
-            shared=(learning_rate, is_update_step, finite),
+            shared=(learning_rate, is_update_step, finite, step_finite),
         )
 
     def _accumulate_without_branches(
-        self, grads, variables, learning_rate, totals, accumulators, is_update_step
+        self, grads, variables, learning_rate, totals, accumulators, is_update_step, step_finite
     ):
-        # JAX traces both branches of a cond with stateless variables, so compute the update
-        # and keep it or the old values with `where`.
-        state = list(variables) + [v for v in self.variables if v is not self._iterations]
-        before = [v.value for v in state]
-        for grad, variable in zip(grads, variables):
-            self.update_step(grad, variable, learning_rate)
-        for variable, old in zip(state, before):
-            self.assign(variable, ops.where(is_update_step, variable.value, old))
+        # JAX traces both branches of a cond with stateless variables, so the update is
+        # computed and each value it assigns is chosen, as it is assigned, between the new
+        # value and the variable's own (`assign` below). Choosing only after every update
+        # would make XLA keep the old weights and moments alive beside the new ones: the
+        # new weights read the new moments while the old ones are still needed.
+        condition = is_update_step
+        if step_finite is not None:
+            condition = ops.logical_and(is_update_step, step_finite)
+        self._update_where(condition, grads, variables, learning_rate)
         for accumulator, total in zip(accumulators, totals):
             self.assign(accumulator, ops.where(is_update_step, ops.zeros_like(total), total))
+
+    def assign(self, variable, value):
+        condition = getattr(self, "_assign_only_where", None)
+        if condition is not None:
+            value = ops.where(condition, value, variable.value)
+        super().assign(variable, value)
+
+    def assign_add(self, variable, value):
+        if getattr(self, "_assign_only_where", None) is not None:
+            self.assign(variable, ops.add(variable.value, value))
+            return
+        super().assign_add(variable, value)
+
+    def assign_sub(self, variable, value):
+        if getattr(self, "_assign_only_where", None) is not None:
+            self.assign(variable, ops.subtract(variable.value, value))
+            return
+        super().assign_sub(variable, value)
 
     def get_config(self):
         config = super().get_config()
@@ -448,6 +592,7 @@ class LayerwiseAdaptiveOptimizer(keras.optimizers.Optimizer):
                 "min_trust_ratio": self.min_trust_ratio,
                 "max_trust_ratio": self.max_trust_ratio,
                 "record_trust_ratio": self.record_trust_ratio,
+                "skip_non_finite_steps": self.skip_non_finite_steps,
             }
         )
         return config

@@ -63,6 +63,10 @@ class LAMB(LayerwiseAdaptiveOptimizer):
             NVIDIA's NVLAMB pre-normalization.
         gradient_accumulation_steps: int >= 2, or ``None`` for none (as in Keras); update
             every k micro-batches with their mean gradient. Works under `tf.distribute` strategies.
+        skip_non_finite_steps: skip an optimizer step whose gradient (summed over replicas,
+            with accumulation the sum of its micro-batches) holds an inf or NaN: weights and
+            slots keep their values, the accumulators restart, the step count does not
+            advance, and the int variable ``skipped_steps`` counts it. Defaults to ``False``.
         name: as in `keras.optimizers.Optimizer`. Defaults to ``"lamb"``.
         use_ema: as in `keras.optimizers.Optimizer`.
         ema_momentum: as in `keras.optimizers.Optimizer`.

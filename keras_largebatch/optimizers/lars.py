@@ -55,6 +55,10 @@ class LARS(LayerwiseAdaptiveOptimizer):
         clipvalue: as in Keras, on the global-batch gradient.
         global_clipnorm: as in Keras, on the global-batch gradient.
         gradient_accumulation_steps: int >= 2 or ``None`` (none, as in Keras).
+        skip_non_finite_steps: skip an optimizer step whose gradient (summed over replicas,
+            with accumulation the sum of its micro-batches) holds an inf or NaN: weights and
+            slots keep their values, the accumulators restart, the step count does not
+            advance, and the int variable ``skipped_steps`` counts it. Defaults to ``False``.
         name: as in `keras.optimizers.Optimizer`. Defaults to ``"lars"``.
         use_ema: as in `keras.optimizers.Optimizer`.
         ema_momentum: as in `keras.optimizers.Optimizer`.

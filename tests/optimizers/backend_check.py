@@ -10,7 +10,7 @@ import json
 import numpy as np
 
 from keras_largebatch import LAMB, LARS
-from tests.optimizers import reference, test_lamb, test_lars
+from tests.optimizers import reference, skip_cases, test_lamb, test_lars
 from tests.optimizers.runner import run_optimizer
 
 
@@ -64,6 +64,13 @@ def main():
             adapt_mask=test_lamb.DEFAULT_MASK,
         )
         errors[f"LAMB/accumulation/{mode}"] = _tolerance_used(actual, expected)
+        for name in sorted(skip_cases.CASES):
+            for accumulation in (None, 2):
+                result = skip_cases.run_case(name, accumulation, mode)
+                counted = result["skipped_steps"] == 1 and result["iterations"] == 3
+                errors[f"{name}/skip_non_finite_steps/{accumulation}/{mode}"] = (
+                    result["error"] if counted else float("inf")
+                )
     print(json.dumps(errors))
 
 
