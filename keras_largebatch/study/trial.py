@@ -15,6 +15,7 @@ from keras_largebatch.study import measures, protocol
 from keras_largebatch.study.model import simple_cnn
 from keras_largebatch.study.noise import NoiseScaleProbe
 from keras_largebatch.study.optimizers import peak_learning_rate
+from keras_largebatch.training.input_release import ReleaseInputOnStop
 from keras_largebatch.training.optimizer_factory import create_optimizer
 
 EVALUATION_BATCH_SIZE = 2000
@@ -195,7 +196,7 @@ def run_trial(trial, config, data):
         train_dataset(data, trial.batch_size, trial.seed),
         epochs=1,
         steps_per_epoch=budget,
-        callbacks=[evaluations],
+        callbacks=[evaluations, ReleaseInputOnStop()],
         shuffle=False,
         verbose=0,
     )

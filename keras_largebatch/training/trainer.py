@@ -34,6 +34,7 @@ from keras_largebatch._logging import ProgressLog
 from keras_largebatch.callbacks import LearningRateLogger, TrustRatioMonitor
 from keras_largebatch.input_order import RECORD_COUNTS_FILENAME, RecordCounts
 from keras_largebatch.training.devices import create_devices
+from keras_largebatch.training.input_release import ReleaseInputOnStop
 from keras_largebatch.training.plan import plan_run, run_record
 from keras_largebatch.training.run_directory import RunDirectory
 from keras_largebatch.training.summary import RunSummary
@@ -212,7 +213,7 @@ class Trainer:
         callbacks = self.recipe.callbacks(phase) + [LearningRateLogger()]
         if getattr(getattr(optimizer, "inner_optimizer", optimizer), "record_trust_ratio", False):
             callbacks.append(TrustRatioMonitor())
-        callbacks += [windows] + self.callbacks
+        callbacks += [windows] + self.callbacks + [ReleaseInputOnStop()]
         for first_step, end_step, window in _fit_segments(
             phase.steps, self.config.log_interval, start_step
         ):
