@@ -132,7 +132,11 @@ class RunDirectory:
         state = self.state()
         # Where the run lives is not what it is: a moved or copied run directory resumes.
         differences = state is not None and [
-            key for key in config_differences(state["config"], expected) if key not in LOCATION_KEYS
+            key
+            for key in config_differences(
+                self._with_new_sections(state["config"], expected), expected
+            )
+            if key not in LOCATION_KEYS
         ]
         if differences:
             raise ValueError(
@@ -153,6 +157,14 @@ class RunDirectory:
                 "there that the run does not write are left alone)"
             )
         return state
+
+    def _with_new_sections(self, recorded, expected):
+        """``recorded`` (a run's recorded config) with the defaults of the top-level fields of
+        ``expected`` added since it was recorded (such as ``divergence``): that run ran as
+        they say."""
+        defaults = type(self.config)().to_dict()
+        added = {key: defaults[key] for key in expected if key not in recorded and key in defaults}
+        return {**added, **recorded}
 
     def _remove_run_files(self):
         """Deletes what earlier runs wrote here (checkpoints, state, logs, summary), only that."""
