@@ -39,6 +39,7 @@ from keras_largebatch.training.divergence import (
     TrainingDiverged,
     non_finite_variables,
 )
+from keras_largebatch.training.evaluation import EXAMPLES
 from keras_largebatch.training.input_release import ReleaseInputOnStop
 from keras_largebatch.training.plan import plan_run, run_record
 from keras_largebatch.training.run_directory import RunDirectory
@@ -365,13 +366,17 @@ class Trainer:
         if not interval or (step % interval and step != phase.steps):
             return None
         evaluation = {
-            name: float(value) for name, value in self.recipe.evaluate(self.model).items()
+            name: int(value) if name == EXAMPLES else float(value)
+            for name, value in self.recipe.evaluate(self.model).items()
         }
         reached = self.recipe.target_reached(evaluation)
         self.summary.add_evaluation(global_step, evaluation, reached)
         self.log(
             f"evaluation at global step {global_step}: "
-            + " ".join(f"{name} {value:.4f}" for name, value in evaluation.items())
+            + " ".join(
+                f"{name} {value}" if name == EXAMPLES else f"{name} {value:.4f}"
+                for name, value in evaluation.items()
+            )
             + (
                 f"; target reached after {self.summary.elapsed():.0f} s of training"
                 if reached
