@@ -54,6 +54,8 @@ class StrategyConfig:
     process_id: Optional[int] = None  # JAX: this process, from 0 (0 writes the run's files);
     # null: $KERAS_DISTRIBUTION_PROCESS_ID
     initialization_timeout: int = 300  # JAX: seconds each process waits for all to join
+    peer_timeout: int = 30  # JAX: seconds without a sign of life from another process of the
+    # run before this one stops, naming it and the last checkpoint
 
 
 # Where the processes of a run meet and which one each is: they differ between the processes
@@ -64,6 +66,7 @@ PROCESS_GROUP_FIELDS = (
     "num_processes",
     "process_id",
     "initialization_timeout",
+    "peer_timeout",
 )
 _JAX_ONLY_FIELDS = ("input_pipelines",) + PROCESS_GROUP_FIELDS
 
@@ -147,6 +150,7 @@ def _check_process_group(strategy):
     for name, low in (("input_pipelines", 1), ("num_processes", 1), ("process_id", 0)):
         _checks.check_optional_integer(f"strategy.{name}", getattr(strategy, name), low=low)
     _checks.check_integer("strategy.initialization_timeout", strategy.initialization_timeout, low=1)
+    _checks.check_integer("strategy.peer_timeout", strategy.peer_timeout, low=2)
     if strategy.multi_host is not None:
         _checks.check_bool("strategy.multi_host", strategy.multi_host)
     if None not in (strategy.num_processes, strategy.process_id) and not (

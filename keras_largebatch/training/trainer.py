@@ -24,6 +24,7 @@ One Keras epoch is one logging window of ``log_interval`` optimizer steps, so th
 resets at each epoch are the window's means.
 """
 
+import contextlib
 import math
 import os
 import time
@@ -42,6 +43,7 @@ from keras_largebatch.training.divergence import (
 from keras_largebatch.training.evaluation import EXAMPLES
 from keras_largebatch.training.input_release import ReleaseInputOnStop
 from keras_largebatch.training.plan import plan_run, run_record
+from keras_largebatch.training.process_group import PeerWatch
 from keras_largebatch.training.run_directory import RunDirectory
 from keras_largebatch.training.summary import RunSummary
 
@@ -108,6 +110,17 @@ class Trainer:
         """
         start_time = time.perf_counter()
         self.devices = create_devices(self.config.strategy, layout_map=self.recipe.layout_map)
+        with self._watch_peers():
+            return self._train(start_time)
+
+    def _watch_peers(self):
+        """On JAX with several processes, a `process_group.PeerWatch`: a process whose peer is
+        lost stops within ``strategy.peer_timeout`` seconds, naming it and the checkpoint."""
+        if keras.backend.backend() != "jax" or self.devices.num_processes == 1:
+            return contextlib.nullcontext()
+        return PeerWatch(self.config.strategy.peer_timeout, lambda: self.checkpoint)
+
+    def _train(self, start_time):
         # First, while every process still runs the same code: a process whose config fails
         # a check that the others pass would leave them waiting in a collective.
         self.devices.check_same(
