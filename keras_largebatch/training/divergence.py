@@ -68,10 +68,23 @@ class DivergenceGuard:
 
 def non_finite_variables(variables):
     """The paths of the floating-point ``variables`` holding a NaN or an infinity, checked on
-    their devices (only one boolean per variable comes back)."""
+    their devices (only one boolean per variable comes back). Every process of a run calls it
+    at the same point and gets the same answer: on JAX each check spans the variable's shards
+    on every process."""
     return [
         variable.path
         for variable in variables
         if keras.backend.is_float_dtype(variable.dtype)
-        and not bool(keras.ops.convert_to_numpy(keras.ops.all(keras.ops.isfinite(variable.value))))
+        and not bool(host_value(keras.ops.all(keras.ops.isfinite(variable.value))))
     ]
+
+
+def host_value(value):
+    """A tensor, or a variable, as NumPy in this process; a JAX array replicated over several
+    processes' devices (a reduction's result, a replicated variable) is read from this
+    process's copy."""
+    if isinstance(value, keras.Variable):
+        value = value.value
+    if getattr(value, "is_fully_addressable", True) is False:
+        value = value.addressable_data(0)
+    return keras.ops.convert_to_numpy(value)

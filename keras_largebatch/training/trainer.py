@@ -38,6 +38,7 @@ from keras_largebatch.training.devices import create_devices
 from keras_largebatch.training.divergence import (
     DivergenceGuard,
     TrainingDiverged,
+    host_value,
     non_finite_variables,
 )
 from keras_largebatch.training.evaluation import EXAMPLES
@@ -364,8 +365,7 @@ class Trainer:
             f"{reported} lr {metrics.get('learning_rate', float('nan')):.3g} "
             f"{metrics['examples_per_second']:,.0f} examples/s, "
             + (
-                f"{int(keras.ops.convert_to_numpy(skipped))} step(s) skipped (gradient not "
-                "finite), "
+                f"{int(host_value(skipped))} step(s) skipped (gradient not finite), "
                 if skipped is not None
                 else ""
             )
