@@ -38,8 +38,15 @@ def evaluate_weighted(model, batches, metrics):
     ``{EXAMPLES: the sum of the weights}``.
 
     The predictions come from `keras.Model.predict`, which splits each batch over the
-    replicas of the model's distribution; labels and weights are read in a second pass."""
-    predictions = model.predict(batches.map(lambda features, labels, weights: features), verbose=0)
+    replicas of the model's distribution, or in a JAX run of several processes from
+    `_predictions_over_processes`; labels and weights are read in a second pass."""
+    features = batches.map(lambda features, labels, weights: features)
+    if keras.backend.backend() == "jax" and _process_count() > 1:
+        predictions = np.concatenate(
+            [_predictions_over_processes(model, batch.numpy()) for batch in features]
+        )
+    else:
+        predictions = model.predict(features, verbose=0)
     labels, weights = (
         np.concatenate(parts)
         for parts in zip(
@@ -58,3 +65,32 @@ def evaluate_weighted(model, batches, metrics):
     }
     results[EXAMPLES] = int(weights.sum())
     return results
+
+
+def _process_count():
+    import jax
+
+    return jax.process_count()
+
+
+def _predictions_over_processes(model, batch):
+    """The model's predictions on ``batch`` (the same whole batch in every process) in a JAX
+    run of several processes: each process hands its slice of the batch to the distribution's
+    global batch, the forward pass runs once over every process's devices, and every process
+    gathers all the predictions. (`keras.Model.predict` cannot read back outputs that span
+    other processes' devices.)"""
+    import jax
+    from jax.experimental import multihost_utils
+
+    distribution = keras.distribution.distribution()
+    share = len(batch) // jax.process_count()
+    local = batch[jax.process_index() * share : (jax.process_index() + 1) * share]
+    layout = distribution.get_data_layout(batch.shape)
+    inputs = jax.make_array_from_process_local_data(layout.backend_layout, local, batch.shape)
+    outputs, _ = model.stateless_call(
+        [variable.value for variable in model.trainable_variables],
+        [variable.value for variable in model.non_trainable_variables],
+        inputs,
+        training=False,
+    )
+    return np.asarray(multihost_utils.process_allgather(outputs, tiled=True))
