@@ -260,15 +260,18 @@ def _gather_texts(gather, text):
 class PeerWatch:
     """Watches the other processes of a JAX process group from a background thread: each
     process writes a heartbeat to the group's key-value store every ``timeout / 6`` seconds and
-    reads the others'. A process whose heartbeat stands still for ``timeout`` seconds (killed,
-    its host lost) or a store that no longer answers (process 0, which holds it, is gone) ends
-    this process at once with a line naming the lost process and the run's newest checkpoint,
-    and exit status `LOST_PEER_EXIT_STATUS`: without it, a process waits in its next
-    collective until JAX's heartbeat timeout aborts it with a native stack dump. Rerunning the
-    same command on every host resumes from the checkpoint.
+    reads the others'. A process whose heartbeat stands still for two thirds of ``timeout``
+    (killed, its host lost), or a store that no longer answers (process 0, which holds it, is
+    gone), ends this process within ``timeout`` seconds of the loss, with a line naming the lost
+    process and the run's newest checkpoint and exit status `LOST_PEER_EXIT_STATUS`. Without
+    it, a process waits in its next collective, or, where the collective fails at once (a
+    closed connection), at its exit, until JAX's heartbeat timeout aborts it with a native
+    stack dump. Rerunning the same command on every host resumes from the checkpoint.
 
-    Use as a context manager around the training; leaving it stops the watch, so that a process
-    that finished first and exited is not taken for a lost one.
+    Use as a context manager around the training. Leaving it stops the watch, so that a process
+    that finished first and exited is not taken for a lost one; left by a failed JAX
+    computation (a collective whose peer is gone), it first waits up to ``timeout`` seconds for
+    the watch's verdict.
 
     Args:
         timeout: seconds without a heartbeat (``strategy.peer_timeout``).
@@ -292,11 +295,18 @@ class PeerWatch:
             self._thread.start()
         return self
 
-    def __exit__(self, *exception):
+    def __exit__(self, kind, error, traceback):
+        import jax
+
+        if isinstance(error, jax.errors.JaxRuntimeError) and self._thread.is_alive():
+            self._thread.join(self.timeout)
         self._stop.set()
 
     def _watch(self):
+        # A heartbeat is seen at most one interval after it is written, and a stale one is
+        # noticed at most one interval late: 4 intervals of silence end the run within 6.
         interval = self.timeout / 6
+        silence = 4 * interval
         last_seen = {peer: (None, time.monotonic()) for peer in self.peers}
         beat = 0
         while not self._stop.wait(interval):
@@ -316,7 +326,7 @@ class PeerWatch:
                 seen_value, seen_at = last_seen[peer]
                 if value is not None and value != seen_value:
                     last_seen[peer] = (value, now)
-                elif now - seen_at > self.timeout and not self._stop.is_set():
+                elif now - seen_at > silence and not self._stop.is_set():
                     self._lost(peer, f"no heartbeat for {now - seen_at:.0f} s")
                     return
 

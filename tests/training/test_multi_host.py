@@ -235,11 +235,11 @@ def test_a_lost_peer_stops_the_other_process_in_time_naming_it_and_the_checkpoin
         "from it",
         line.group(0),
     )
-    # The line is process 0's last; it came within the timeout and one heartbeat interval
-    # (and the time its process took to write it) of process 1's death.
+    # The line is process 0's last; it came within the timeout of process 1's death (and 1 s
+    # for a machine shared with other work).
     killed_at = float((work_dir / LOST_PEER_KILLED_AT).read_text())
     stopped_after = lost_peer.stopped_at - killed_at
-    assert LOST_PEER_TIMEOUT <= stopped_after < LOST_PEER_TIMEOUT * 7 / 6 + 3, stopped_after
+    assert 0 < stopped_after < LOST_PEER_TIMEOUT + 1, stopped_after
     # Run again, it resumes from that checkpoint.
     assert [results["lost_resumed"]["resumed_from_step"] for results in resume] == [4, 4]
     assert resume[0]["lost_resumed"]["global_steps"] == 12
