@@ -211,8 +211,9 @@ def bert_loss_runs():
 
 
 def write_image_records(directory):
-    """ImageNet-format records of 32 training images of 10 classes, in 2 files, and 16
-    evaluation images; returns ``(train_files, eval_files)``."""
+    """ImageNet-format records of 32 training images of 10 classes, in 2 files, and 20
+    evaluation images (two batches of 8 and a padded one); returns ``(train_files,
+    eval_files)``."""
     from tests.support.imagenet_records import write_imagenet_records
 
     labels = [1 + index % 10 for index in range(32)]  # 1-based, as in the TPU records
@@ -220,7 +221,7 @@ def write_image_records(directory):
         write_imagenet_records(os.path.join(directory, f"train-{shard}"), labels[shard::2])
         for shard in range(2)
     ]
-    eval_files = [write_imagenet_records(os.path.join(directory, "validation"), labels[:16])]
+    eval_files = [write_imagenet_records(os.path.join(directory, "validation"), labels[:20])]
     return train_files, eval_files
 
 

@@ -135,6 +135,11 @@ def test_images_on_processes_train_the_weights_of_one_process_batch_norm_include
         assert [e["accuracy"] for e in two_processes["evaluations"]] == pytest.approx(
             [e["accuracy"] for e in expected["evaluations"]]
         )
+        # Every evaluation image once, split over the processes, the same loss as one process.
+        assert [e["examples"] for e in two_processes["evaluations"]] == [20]
+        assert [e["loss"] for e in two_processes["evaluations"]] == pytest.approx(
+            [e["loss"] for e in expected["evaluations"]], rel=1e-4
+        )
     assert resume[1]["images"]["final"] == two_processes["final"]
 
 
