@@ -358,17 +358,14 @@ class Trainer:
             f"{label} {metrics[name]:.4f}" for label, name in self.recipe.progress_metrics
         )
         optimizer = self.model.optimizer
-        # Our optimizers count the steps they skipped for a non-finite gradient.
+        # Our optimizers count the steps of the phase they skipped for a non-finite gradient.
         skipped = getattr(getattr(optimizer, "inner_optimizer", optimizer), "skipped_steps", None)
+        skipped = int(host_value(skipped)) if skipped is not None else 0
         self.log(
             f"phase {phase.number} step {step}/{phase.steps} (global {global_step}): "
             f"{reported} lr {metrics.get('learning_rate', float('nan')):.3g} "
             f"{metrics['examples_per_second']:,.0f} examples/s, "
-            + (
-                f"{int(host_value(skipped))} step(s) skipped (gradient not finite), "
-                if skipped is not None
-                else ""
-            )
+            + (f"{skipped} step(s) skipped (gradient not finite), " if skipped else "")
             + f"{self.summary.elapsed():.0f} s elapsed"
         )
 

@@ -7,6 +7,7 @@ import json
 import math
 import os
 
+import keras
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -154,3 +155,21 @@ def test_rollbacks_stop_at_their_cap(tmp_path):
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["diverged"]["step"] == 6
     assert summary["diverged"]["last_good_checkpoint"].endswith("ckpt-000000004.weights.h5")
+
+
+class _CountingRegression(ToyRegression):
+    """The toy run whose optimizer reports 2 skipped steps, as ours count the steps they skip
+    for a non-finite gradient."""
+
+    def build_optimizer(self, phase, model):
+        optimizer = super().build_optimizer(phase, model)
+        optimizer.skipped_steps = keras.Variable(2, dtype="int64", trainable=False)
+        return optimizer
+
+
+def test_progress_lines_count_the_steps_the_optimizer_skipped(tmp_path):
+    config = load(tmp_path, "phases=[{steps: 2}]")
+    lines = []
+    trainer.train(config, _CountingRegression(config), log=lines.append)
+    (progress,) = [line for line in lines if line.startswith("phase 1 step 2/2")]
+    assert "examples/s, 2 step(s) skipped (gradient not finite), " in progress

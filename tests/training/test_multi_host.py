@@ -106,6 +106,10 @@ def _assert_split(summary, num_workers, num_replicas):
     assert phase["per_replica_batch_size"] == 8 // (2 * num_replicas)
 
 
+def test_bert_with_accumulation_on_two_devices_equals_one_device(reference):
+    _assert_arrays(reference["bert_two_devices"], reference["bert_one_device"])
+
+
 def test_bert_on_processes_trains_the_weights_of_one_process(reference, group):
     two_processes = group.results[0]["bert"]
     _assert_split(two_processes, num_workers=2, num_replicas=2)
