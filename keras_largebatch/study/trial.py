@@ -15,6 +15,7 @@ from keras_largebatch.study import measures, protocol
 from keras_largebatch.study.model import simple_cnn
 from keras_largebatch.study.noise import NoiseScaleProbe
 from keras_largebatch.study.optimizers import peak_learning_rate
+from keras_largebatch.training.input_release import ReleaseInputOnStop
 from keras_largebatch.training.optimizer_factory import create_optimizer
 
 EVALUATION_BATCH_SIZE = 2000
@@ -31,7 +32,8 @@ def learning_rate_schedule(peak_learning_rate, total_steps, warmup_fraction):
 def build_optimizer(optimizer, settings, total_steps):
     """The study's ``optimizer`` (a key of `optimizers.OPTIMIZERS`) at ``settings`` (a trial's
     settings), its rate following `learning_rate_schedule` over ``total_steps``; no weight
-    decay."""
+    decay, and no step skipped for a non-finite gradient (as the Keras baselines): a trial
+    that produces one diverges."""
     schedule = learning_rate_schedule(
         peak_learning_rate(optimizer, settings), total_steps, settings["warmup_fraction"]
     )
@@ -43,10 +45,17 @@ def build_optimizer(optimizer, settings, total_steps):
     if optimizer == "adamw":
         return create_optimizer("adamw", schedule, beta_1=first_moment, beta_2=settings["beta_2"])
     if optimizer == "lamb":
-        return create_optimizer("lamb", schedule, beta_1=first_moment, beta_2=settings["beta_2"])
+        return create_optimizer(
+            "lamb",
+            schedule,
+            beta_1=first_moment,
+            beta_2=settings["beta_2"],
+            skip_non_finite_steps=False,
+        )
     return create_optimizer(
         "lars",
         schedule,
+        skip_non_finite_steps=False,
         momentum=first_moment,
         trust_coefficient=settings["trust_coefficient"],
         # [] adapts every variable; None is the default rule, which leaves biases out.
@@ -195,7 +204,7 @@ def run_trial(trial, config, data):
         train_dataset(data, trial.batch_size, trial.seed),
         epochs=1,
         steps_per_epoch=budget,
-        callbacks=[evaluations],
+        callbacks=[evaluations, ReleaseInputOnStop()],
         shuffle=False,
         verbose=0,
     )

@@ -54,6 +54,8 @@ class StrategyConfig:
     process_id: Optional[int] = None  # JAX: this process, from 0 (0 writes the run's files);
     # null: $KERAS_DISTRIBUTION_PROCESS_ID
     initialization_timeout: int = 300  # JAX: seconds each process waits for all to join
+    peer_timeout: int = 30  # JAX: seconds without a sign of life from another process of the
+    # run before this one stops, naming it and the last checkpoint
 
 
 # Where the processes of a run meet and which one each is: they differ between the processes
@@ -64,6 +66,7 @@ PROCESS_GROUP_FIELDS = (
     "num_processes",
     "process_id",
     "initialization_timeout",
+    "peer_timeout",
 )
 _JAX_ONLY_FIELDS = ("input_pipelines",) + PROCESS_GROUP_FIELDS
 
@@ -147,6 +150,7 @@ def _check_process_group(strategy):
     for name, low in (("input_pipelines", 1), ("num_processes", 1), ("process_id", 0)):
         _checks.check_optional_integer(f"strategy.{name}", getattr(strategy, name), low=low)
     _checks.check_integer("strategy.initialization_timeout", strategy.initialization_timeout, low=1)
+    _checks.check_integer("strategy.peer_timeout", strategy.peer_timeout, low=2)
     if strategy.multi_host is not None:
         _checks.check_bool("strategy.multi_host", strategy.multi_host)
     if None not in (strategy.num_processes, strategy.process_id) and not (
@@ -176,6 +180,35 @@ def _check_process_group(strategy):
 
 def _yaml(value):
     return "null" if value is None else repr(value)
+
+
+DIVERGENCE_ACTIONS = ("stop", "rollback")
+
+
+@dataclasses.dataclass
+class DivergenceConfig:
+    """What the trainer does when the run diverges (`keras_largebatch.training.divergence`): a
+    logging window's loss that is not finite, or above ``max_loss_ratio`` times the mean of the
+    recent windows'. No checkpoint is written with non-finite weights or optimizer state."""
+
+    action: str = "stop"  # stop: end the run (non-zero exit); rollback: restore the last good
+    # checkpoint of the phase, skip the input past the divergence and go on
+    max_loss_ratio: Optional[float] = None  # a window loss above this x the recent windows' mean
+    # is a spike (e.g. 2.0); null: only a non-finite loss diverges
+    recent_windows: int = 5  # finite windows whose mean loss a spike is measured against
+    skip_batches: int = 0  # rollback: optimizer steps of input skipped past the window that
+    # diverged (its own steps are always skipped)
+    max_rollbacks: int = 3  # rollback: rollbacks in the run before it stops as with action=stop
+
+    def validate(self):
+        _checks.check_choice("divergence.action", self.action, DIVERGENCE_ACTIONS)
+        if self.max_loss_ratio is not None:
+            _checks.check_number(
+                "divergence.max_loss_ratio", self.max_loss_ratio, low=1, low_open=True
+            )
+        _checks.check_integer("divergence.recent_windows", self.recent_windows, low=1)
+        _checks.check_integer("divergence.skip_batches", self.skip_batches, low=0)
+        _checks.check_integer("divergence.max_rollbacks", self.max_rollbacks, low=0)
 
 
 @dataclasses.dataclass
@@ -220,6 +253,7 @@ class RunConfig:
     overwrite: bool = False  # start over in an OUTPUT_DIR that holds a different run
     phases: list[PhaseConfig] = dataclasses.field(default_factory=lambda: [PhaseConfig()])
     strategy: StrategyConfig = dataclasses.field(default_factory=StrategyConfig)
+    divergence: DivergenceConfig = dataclasses.field(default_factory=DivergenceConfig)
 
     def to_dict(self):
         """The config as plain data (what YAML and the run directory's run_config.json hold)."""
@@ -239,6 +273,7 @@ class RunConfig:
         _checks.check_choice("mixed_precision", self.mixed_precision, MIXED_PRECISION_POLICIES)
         _checks.check_choice("strategy.name", self.strategy.name, STRATEGY_NAMES)
         check_strategy_config(self.strategy)
+        self.divergence.validate()
         for name in (
             "checkpoint_interval",
             "log_interval",

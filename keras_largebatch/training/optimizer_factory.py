@@ -13,6 +13,8 @@ ours count optimizer steps. A baseline with a schedule and accumulation is refus
 recipe's config refuses it at load (`keras_largebatch.training.config.check_baseline_accumulation`).
 """
 
+import inspect
+
 import keras
 
 from keras_largebatch._checks import check_choice
@@ -37,6 +39,7 @@ def create_optimizer(
     variables=None,
     gradient_accumulation_steps=1,
     record_trust_ratio=False,
+    skip_non_finite_steps=True,
     **hyperparameters,
 ):
     """A fresh optimizer ``name`` (one of `OPTIMIZER_NAMES`).
@@ -54,6 +57,8 @@ def create_optimizer(
         gradient_accumulation_steps: micro-batches per optimizer step (1: none).
         record_trust_ratio: our optimizers record their trust ratios
             (`keras_largebatch.TrustRatioMonitor` reads them); unused by Keras's.
+        skip_non_finite_steps: our optimizers skip (and count) a step whose global gradient
+            is not finite, where this version of them can; unused by Keras's.
         **hyperparameters: the optimizer's own arguments (``momentum``, ``nesterov``,
             ``beta_1``, ``beta_2``, ``epsilon``, ``trust_coefficient``, ``global_clipnorm``...).
 
@@ -64,7 +69,10 @@ def create_optimizer(
     check_choice("optimizer", name, OPTIMIZER_NAMES)
     accumulation = gradient_accumulation_steps if gradient_accumulation_steps > 1 else None
     if name in LAYERWISE_OPTIMIZERS:
-        return LAYERWISE_OPTIMIZERS[name](
+        optimizer_class = LAYERWISE_OPTIMIZERS[name]
+        if "skip_non_finite_steps" in inspect.signature(optimizer_class).parameters:
+            hyperparameters["skip_non_finite_steps"] = skip_non_finite_steps
+        return optimizer_class(
             learning_rate=learning_rate,
             weight_decay=weight_decay,
             exclude_from_weight_decay=exclude_from_weight_decay,

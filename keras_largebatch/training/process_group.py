@@ -19,6 +19,7 @@ import json
 import os
 import sys
 import threading
+import time
 
 import numpy as np
 
@@ -29,6 +30,14 @@ NUM_PROCESSES_VARIABLE = "KERAS_DISTRIBUTION_NUM_PROCESSES"
 PROCESS_ID_VARIABLE = "KERAS_DISTRIBUTION_PROCESS_ID"
 # The status a process ends with when its group does not form in time.
 JOIN_TIMEOUT_EXIT_STATUS = 2
+# The status a process ends with when another process of its group stops responding.
+LOST_PEER_EXIT_STATUS = 3
+# JAX's default heartbeat timeout (seconds), and how long after a `PeerWatch` verdict it may
+# come at the earliest.
+_JAX_HEARTBEAT_TIMEOUT = 100
+_JAX_HEARTBEAT_MARGIN = 30
+# Key of each process's heartbeat in the process group's key-value store.
+_HEARTBEAT_KEY = "keras_largebatch/heartbeat/{}"
 _SHOWN_VALUE_CHARS = 80
 
 
@@ -127,7 +136,15 @@ def start_process_group(strategy):
     # seeds every process with the config's seed.
     with _exit_unless_done(timeout, message):
         try:
-            jax.distributed.initialize(**settings, initialization_timeout=timeout)
+            jax.distributed.initialize(
+                **settings,
+                initialization_timeout=timeout,
+                # JAX's own verdict on a silent process (an abort with a stack dump) comes
+                # after `PeerWatch`'s, which says which process and where to resume from.
+                heartbeat_timeout_seconds=max(
+                    _JAX_HEARTBEAT_TIMEOUT, strategy.peer_timeout + _JAX_HEARTBEAT_MARGIN
+                ),
+            )
         except RuntimeError as error:
             raise RuntimeError(
                 f"the run's JAX process group at {where} must start before JAX touches a "
@@ -238,3 +255,98 @@ def _gather_texts(gather, text):
     padded = np.zeros(length, np.uint8)
     padded[: len(encoded)] = encoded
     return [bytes(row).rstrip(b"\0").decode() for row in gather(padded)]
+
+
+class PeerWatch:
+    """Watches the other processes of a JAX process group from a background thread: each
+    process writes a heartbeat to the group's key-value store every ``timeout / 6`` seconds and
+    reads the others'. A process whose heartbeat stands still for two thirds of ``timeout``
+    (killed, its host lost), or a store that no longer answers (process 0, which holds it, is
+    gone), ends this process within ``timeout`` seconds of the loss, with a line naming the lost
+    process and the run's newest checkpoint and exit status `LOST_PEER_EXIT_STATUS`. Without
+    it, a process waits in its next collective, or, where the collective fails at once (a
+    closed connection), at its exit, until JAX's heartbeat timeout aborts it with a native
+    stack dump. Rerunning the same command on every host resumes from the checkpoint.
+
+    Use as a context manager around the training. Leaving it stops the watch, so that a process
+    that finished first and exited is not taken for a lost one; left by a failed JAX
+    computation (a collective whose peer is gone), it first waits up to ``timeout`` seconds for
+    the watch's verdict.
+
+    Args:
+        timeout: seconds without a heartbeat (``strategy.peer_timeout``).
+        checkpoint: a function returning the run's newest checkpoint (a path or None).
+    """
+
+    def __init__(self, timeout, checkpoint):
+        import jax
+        from jax._src import distributed
+
+        self.timeout = timeout
+        self.checkpoint = checkpoint
+        self.process_id = jax.process_index()
+        self.peers = [index for index in range(jax.process_count()) if index != self.process_id]
+        self._client = distributed.global_state.client
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._watch, name="PeerWatch", daemon=True)
+
+    def __enter__(self):
+        if self.peers:
+            self._thread.start()
+        return self
+
+    def __exit__(self, kind, error, traceback):
+        import jax
+
+        if isinstance(error, jax.errors.JaxRuntimeError) and self._thread.is_alive():
+            self._thread.join(self.timeout)
+        self._stop.set()
+
+    def _watch(self):
+        # A heartbeat is seen at most one interval after it is written, and a stale one is
+        # noticed at most one interval late: 4 intervals of silence end the run within 6.
+        interval = self.timeout / 6
+        silence = 4 * interval
+        last_seen = {peer: (None, time.monotonic()) for peer in self.peers}
+        beat = 0
+        while not self._stop.wait(interval):
+            beat += 1
+            now = time.monotonic()
+            try:
+                self._client.key_value_set(
+                    _HEARTBEAT_KEY.format(self.process_id), str(beat), allow_overwrite=True
+                )
+                values = {peer: self._try_get(peer) for peer in self.peers}
+            except Exception as error:  # noqa: BLE001 - any failure of the store is the same
+                if self._stop.is_set():
+                    return
+                self._lost(0, f"its key-value store no longer answers ({error})")
+                return
+            for peer, value in values.items():
+                seen_value, seen_at = last_seen[peer]
+                if value is not None and value != seen_value:
+                    last_seen[peer] = (value, now)
+                elif now - seen_at > silence and not self._stop.is_set():
+                    self._lost(peer, f"no heartbeat for {now - seen_at:.0f} s")
+                    return
+
+    def _try_get(self, peer):
+        try:
+            return self._client.key_value_try_get(_HEARTBEAT_KEY.format(peer))
+        except Exception as error:  # noqa: BLE001
+            # Not written yet (a peer that just joined) reads as no heartbeat; any other
+            # failure is the store's.
+            if "NOT_FOUND" in str(error) or "not found" in str(error).lower():
+                return None
+            raise
+
+    def _lost(self, peer, why):
+        checkpoint = self.checkpoint()
+        sys.stderr.write(
+            f"error: process {peer} of the run is lost ({why}; strategy.peer_timeout="
+            f"{self.timeout}); process {self.process_id} stops. The last checkpoint is "
+            f"{checkpoint or 'none (none was written)'}: run the same command again on every "
+            "host to resume from it\n"
+        )
+        sys.stderr.flush()
+        os._exit(LOST_PEER_EXIT_STATUS)

@@ -21,8 +21,10 @@ import abc
 class Recipe(abc.ABC):
     """Base class of a task. A subclass implements the abstract methods (`build_model`,
     `build_optimizer`, `dataset`); one that returns an `evaluation_interval` also implements
-    ``evaluate(model)``, returning a dict of metrics on the task's held-out data, and may name
-    the `best_metric` whose best evaluation's weights the run keeps.
+    ``evaluate(model)``, returning a dict of metrics on the task's held-out data (every
+    example counted once: `training.evaluation`, whose ``examples`` count the summary's
+    evaluations record), and may name the `best_metric` whose best evaluation's weights the run
+    keeps.
 
     Attributes:
         name: a short name, used in the log prefix of the task's command.

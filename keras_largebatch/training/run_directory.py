@@ -6,7 +6,8 @@
                                     for a recipe with a best_metric, best-<global step>.weights.h5
                                     and best.json, the best evaluation's weights and metrics
     OUTPUT_DIR/logs/                TensorBoard scalars at the global optimizer step
-    OUTPUT_DIR/summary.json         the run's summary, written when it completes
+    OUTPUT_DIR/summary.json         the run's summary, written when it completes or diverges
+    OUTPUT_DIR/rollbacks.json       the divergence guard's rollbacks, each when it happens
 
 Every file is replaced atomically (`keras_largebatch._files`: written under a temporary name of
 its own, then renamed), so a process killed at any point leaves the previous state and
@@ -28,6 +29,7 @@ from keras_largebatch.training.config import config_differences
 
 RUN_CONFIG_FILENAME = "run_config.json"
 SUMMARY_FILENAME = "summary.json"
+ROLLBACKS_FILENAME = "rollbacks.json"
 STATE_FILENAME = "state.json"
 CHECKPOINT_PREFIX = "ckpt-"
 BEST_FILENAME = "best.json"
@@ -76,6 +78,7 @@ class RunDirectory:
         self.log_dir = os.path.join(config.output_dir, "logs")
         self.config_path = os.path.join(config.output_dir, RUN_CONFIG_FILENAME)
         self.summary_path = os.path.join(config.output_dir, SUMMARY_FILENAME)
+        self.rollbacks_path = os.path.join(config.output_dir, ROLLBACKS_FILENAME)
         self.state_path = os.path.join(self.checkpoint_dir, STATE_FILENAME)
         self.best_path = os.path.join(self.checkpoint_dir, BEST_FILENAME)
         self.writes = writes
@@ -129,7 +132,11 @@ class RunDirectory:
         state = self.state()
         # Where the run lives is not what it is: a moved or copied run directory resumes.
         differences = state is not None and [
-            key for key in config_differences(state["config"], expected) if key not in LOCATION_KEYS
+            key
+            for key in config_differences(
+                self._with_new_sections(state["config"], expected), expected
+            )
+            if key not in LOCATION_KEYS
         ]
         if differences:
             raise ValueError(
@@ -151,6 +158,14 @@ class RunDirectory:
             )
         return state
 
+    def _with_new_sections(self, recorded, expected):
+        """``recorded`` (a run's recorded config) with the defaults of the top-level fields of
+        ``expected`` added since it was recorded (such as ``divergence``): that run ran as
+        they say."""
+        defaults = type(self.config)().to_dict()
+        added = {key: defaults[key] for key in expected if key not in recorded and key in defaults}
+        return {**added, **recorded}
+
     def _remove_run_files(self):
         """Deletes what earlier runs wrote here (checkpoints, state, logs, summary), only that."""
         for name in self._checkpoint_names(include_unreadable=True) + [STATE_FILENAME]:
@@ -160,7 +175,7 @@ class RunDirectory:
         self._remove_best_files()
         if tf.io.gfile.isdir(self.log_dir):
             tf.io.gfile.rmtree(self.log_dir)
-        for path in (self.summary_path, self.config_path):
+        for path in (self.summary_path, self.config_path, self.rollbacks_path):
             if tf.io.gfile.exists(path):
                 tf.io.gfile.remove(path)
 
@@ -358,6 +373,11 @@ class RunDirectory:
     def read_summary(self):
         with tf.io.gfile.GFile(self.summary_path) as stream:
             return json.load(stream)
+
+    def write_rollbacks(self, rollbacks):
+        """Records the run's rollbacks so far (a list of dicts) in ``rollbacks.json``."""
+        if self.writes:
+            _files.write_text(self.rollbacks_path, json.dumps(rollbacks, indent=2))
 
     def write_summary(self, summary):
         if self.writes:

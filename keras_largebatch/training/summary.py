@@ -31,6 +31,8 @@ class RunSummary:
         self.final = state.get("final")
         self.evaluations = state.get("evaluations", [])
         self.target = state.get("target")
+        self.rollbacks = state.get("rollbacks", [])
+        self.diverged = None
         self.resumed_from = state.get("global_step")
         self.global_step = state.get("global_step", 0)
         self._elapsed_before = state.get("elapsed_seconds", 0.0)
@@ -49,8 +51,17 @@ class RunSummary:
             "final": self.final,
             "evaluations": self.evaluations,
             "target": self.target,
+            "rollbacks": self.rollbacks,
             "elapsed_seconds": self.elapsed(),
         }
+
+    def roll_back(self, state, rollback):
+        """Returns to the checkpoint ``state`` restored after a divergence (its evaluations and
+        last window; the time trained since counts on) and records ``rollback``."""
+        self.final = state.get("final")
+        self.evaluations = list(state.get("evaluations", []))
+        self.target = state.get("target")
+        self.rollbacks = self.rollbacks + [rollback]
 
     def add_window(self, global_step, metrics, examples, seconds):
         """A logging window that ended at ``global_step`` after training ``examples`` in
@@ -94,7 +105,8 @@ class RunSummary:
     def summary(self, strategy_description, checkpoint, wall_time):
         """The summary dict: steps, throughput, initial and final metrics, phases, strategy,
         resume point, wall time, newest checkpoint and, when the run evaluated, the
-        evaluations, the target's step and time and, when it kept one, the best evaluation."""
+        evaluations, the target's step and time, when it kept one, the best evaluation, and the
+        divergence guard's ``rollbacks`` and ``diverged`` when there were any."""
         rates = [p["examples_per_second"] for p in self.phases if p["examples_per_second"]]
         summary = {
             "global_steps": self.global_step,
@@ -113,4 +125,8 @@ class RunSummary:
             summary["time_to_target_seconds"] = (self.target or {}).get("seconds")
         if self.best is not None:
             summary["best"] = self.best
+        if self.rollbacks:
+            summary["rollbacks"] = self.rollbacks
+        if self.diverged is not None:
+            summary["diverged"] = self.diverged
         return summary

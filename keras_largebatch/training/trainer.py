@@ -24,6 +24,7 @@ One Keras epoch is one logging window of ``log_interval`` optimizer steps, so th
 resets at each epoch are the window's means.
 """
 
+import contextlib
 import math
 import os
 import time
@@ -34,7 +35,16 @@ from keras_largebatch._logging import ProgressLog
 from keras_largebatch.callbacks import LearningRateLogger, TrustRatioMonitor
 from keras_largebatch.input_order import RECORD_COUNTS_FILENAME, RecordCounts
 from keras_largebatch.training.devices import create_devices
+from keras_largebatch.training.divergence import (
+    DivergenceGuard,
+    TrainingDiverged,
+    host_value,
+    non_finite_variables,
+)
+from keras_largebatch.training.evaluation import EXAMPLES
+from keras_largebatch.training.input_release import ReleaseInputOnStop
 from keras_largebatch.training.plan import plan_run, run_record
+from keras_largebatch.training.process_group import PeerWatch
 from keras_largebatch.training.run_directory import RunDirectory
 from keras_largebatch.training.summary import RunSummary
 
@@ -68,6 +78,13 @@ class Trainer:
         self.model = None
         self.summary = None
         self.checkpoint = None
+        # The newest checkpoint's state, what a rollback restores; the guard; the divergence
+        # of the window just ended (a dict) until the trainer acts on it; how far the phase's
+        # input runs ahead of its steps after rollbacks.
+        self.checkpoint_state = None
+        self.guard = None
+        self.diverged = None
+        self.input_offset = 0
 
     def train(self):
         """Trains (or resumes, or reports) the run; returns its summary.
@@ -94,6 +111,17 @@ class Trainer:
         """
         start_time = time.perf_counter()
         self.devices = create_devices(self.config.strategy, layout_map=self.recipe.layout_map)
+        with self._watch_peers():
+            return self._train(start_time)
+
+    def _watch_peers(self):
+        """On JAX with several processes, a `process_group.PeerWatch`: a process whose peer is
+        lost stops within ``strategy.peer_timeout`` seconds, naming it and the checkpoint."""
+        if keras.backend.backend() != "jax" or self.devices.num_processes == 1:
+            return contextlib.nullcontext()
+        return PeerWatch(self.config.strategy.peer_timeout, lambda: self.checkpoint)
+
+    def _train(self, start_time):
         # First, while every process still runs the same code: a process whose config fails
         # a check that the others pass would leave them waiting in a collective.
         self.devices.check_same(
@@ -143,6 +171,9 @@ class Trainer:
         # The newest checkpoint, as this process knows it: the others than the writer cannot
         # read it from the state file, which the writer may not have written yet.
         self.checkpoint = state["checkpoint"] if state is not None else None
+        self.checkpoint_state = state
+        self.guard = DivergenceGuard(self.config.divergence, (state or {}).get("recent_losses", ()))
+        diverged = None
         with self.devices.scope():
             self.model = self.recipe.build_model()
             start_phase, start_step = self._resume_point(state)
@@ -153,15 +184,19 @@ class Trainer:
                 # resumed from: it is never replaced by a worse one.
                 best=self.run_directory.best() if state is not None else None,
             )
-            for phase in self.plan.phases[start_phase:]:
-                resuming = phase.index == start_phase and start_step > 0
-                self._train_phase(
-                    phase,
-                    start_step if resuming else 0,
-                    state["checkpoint"] if resuming else None,
-                )
-                if self.summary.target is not None:
-                    break  # the recipe's target was reached
+            try:
+                for phase in self.plan.phases[start_phase:]:
+                    resuming = phase.index == start_phase and start_step > 0
+                    self.input_offset = state.get("input_offset", 0) if resuming else 0
+                    self._train_phase(
+                        phase,
+                        start_step if resuming else 0,
+                        state["checkpoint"] if resuming else None,
+                    )
+                    if self.summary.target is not None:
+                        break  # the recipe's target was reached
+            except TrainingDiverged as error:
+                diverged = error
         summary = self.summary.summary(
             description, self.checkpoint, time.perf_counter() - start_time
         )
@@ -169,6 +204,8 @@ class Trainer:
         self.run_directory.write_summary(summary)
         # A barrier: no process returns (to read the summary, say) before the writer wrote it.
         self.devices.check_same("the run's end", summary["global_steps"])
+        if diverged is not None:
+            raise diverged
         return summary
 
     def _resume_point(self, state):
@@ -212,20 +249,27 @@ class Trainer:
         callbacks = self.recipe.callbacks(phase) + [LearningRateLogger()]
         if getattr(getattr(optimizer, "inner_optimizer", optimizer), "record_trust_ratio", False):
             callbacks.append(TrustRatioMonitor())
-        callbacks += [windows] + self.callbacks
-        for first_step, end_step, window in _fit_segments(
-            phase.steps, self.config.log_interval, start_step
-        ):
-            if self.summary.target is not None:
+        callbacks += [windows] + self.callbacks + [ReleaseInputOnStop()]
+        step = start_step
+        while True:
+            for first_step, end_step, window in _fit_segments(
+                phase.steps, self.config.log_interval, step
+            ):
+                if self.summary.target is not None or self.diverged is not None:
+                    break
+                self.model.fit(
+                    make_phase_dataset(
+                        self.devices, self.recipe, phase, first_step + self.input_offset
+                    ),
+                    epochs=(end_step - first_step) // window,
+                    steps_per_epoch=window * phase.gradient_accumulation_steps,
+                    callbacks=callbacks,
+                    shuffle=False,
+                    verbose=0,
+                )
+            if self.diverged is None:
                 break
-            self.model.fit(
-                make_phase_dataset(self.devices, self.recipe, phase, first_step),
-                epochs=(end_step - first_step) // window,
-                steps_per_epoch=window * phase.gradient_accumulation_steps,
-                callbacks=callbacks,
-                shuffle=False,
-                verbose=0,
-            )
+            step = self._roll_back(phase)
         if windows.step != phase.steps and self.summary.target is None:
             raise RuntimeError(
                 f"phase {phase.number} stopped at step {windows.step} of {phase.steps}: a "
@@ -244,23 +288,85 @@ class Trainer:
         metrics["examples_per_second"] = steps * phase.global_batch_size / seconds
         self.summary.add_window(global_step, metrics, steps * phase.global_batch_size, seconds)
         self._log_progress(phase, step, global_step, metrics)
+        reason = self.guard.check(metrics["loss"])
+        if reason is not None:
+            self._diverge(phase, step, global_step, reason)
+            self.run_directory.write_scalars(global_step, metrics)
+            return True
         evaluation = self._evaluate_if_due(phase, step, global_step) or {}
         self.run_directory.write_scalars(
             global_step,
             {**metrics, **{f"eval_{name}": value for name, value in evaluation.items()}},
         )
         self._checkpoint_if_due(phase, step, global_step)
-        return self.summary.target is not None
+        return self.summary.target is not None or self.diverged is not None
+
+    def _diverge(self, phase, step, global_step, reason):
+        self.diverged = {
+            "phase": phase.number,
+            "step": step,
+            "global_step": global_step,
+            "reason": reason,
+            "last_good_checkpoint": self.checkpoint,
+        }
+
+    def _roll_back(self, phase):
+        """Acts on the divergence of the window just ended: restores the newest checkpoint of
+        ``phase`` and returns its step, the phase's input now positioned past the window that
+        diverged (and ``divergence.skip_batches`` more steps); raises `TrainingDiverged` when
+        the run stops instead (``divergence.action=stop``, no checkpoint of the phase to
+        restore, or ``divergence.max_rollbacks`` reached)."""
+        diverged, settings, restored = self.diverged, self.config.divergence, self.checkpoint_state
+        why_not = None
+        if settings.action != "rollback":
+            why_not = ""
+        elif len(self.summary.rollbacks) >= settings.max_rollbacks:
+            why_not = f"; divergence.max_rollbacks={settings.max_rollbacks} rollbacks done"
+        elif restored is None or restored["phase"] != phase.index:
+            why_not = f"; no checkpoint of phase {phase.number} to roll back to"
+        if why_not is not None:
+            self.diverged = None
+            self.summary.diverged = diverged
+            raise TrainingDiverged(
+                f"the run diverged in phase {diverged['phase']} at step {diverged['step']} "
+                f"(global {diverged['global_step']}): {diverged['reason']}; the last good "
+                f"checkpoint is {diverged['last_good_checkpoint'] or 'none (none was written)'}"
+                f"{why_not}"
+            )
+        self.input_offset += diverged["step"] + settings.skip_batches - restored["step"]
+        rollback = dict(
+            diverged,
+            restored_step=restored["step"],
+            input_offset=self.input_offset,
+        )
+        self.model.load_weights(restored["checkpoint"])
+        self.guard.roll_back(restored.get("recent_losses", ()))
+        self.summary.roll_back(restored, rollback)
+        self.run_directory.write_rollbacks(self.summary.rollbacks)
+        self.diverged = None
+        self.log(
+            f"the run diverged in phase {phase.number} at step {diverged['step']} (global "
+            f"{diverged['global_step']}): {diverged['reason']}; rolled back to "
+            f"{restored['checkpoint']} (step {restored['step']}), the input now "
+            f"{self.input_offset} steps ahead (rollback {len(self.summary.rollbacks)} of at "
+            f"most {settings.max_rollbacks})"
+        )
+        return restored["step"]
 
     def _log_progress(self, phase, step, global_step, metrics):
         reported = " ".join(
             f"{label} {metrics[name]:.4f}" for label, name in self.recipe.progress_metrics
         )
+        optimizer = self.model.optimizer
+        # Our optimizers count the steps of the phase they skipped for a non-finite gradient.
+        skipped = getattr(getattr(optimizer, "inner_optimizer", optimizer), "skipped_steps", None)
+        skipped = int(host_value(skipped)) if skipped is not None else 0
         self.log(
             f"phase {phase.number} step {step}/{phase.steps} (global {global_step}): "
             f"{reported} lr {metrics.get('learning_rate', float('nan')):.3g} "
             f"{metrics['examples_per_second']:,.0f} examples/s, "
-            f"{self.summary.elapsed():.0f} s elapsed"
+            + (f"{skipped} step(s) skipped (gradient not finite), " if skipped else "")
+            + f"{self.summary.elapsed():.0f} s elapsed"
         )
 
     def _evaluate_if_due(self, phase, step, global_step):
@@ -270,13 +376,17 @@ class Trainer:
         if not interval or (step % interval and step != phase.steps):
             return None
         evaluation = {
-            name: float(value) for name, value in self.recipe.evaluate(self.model).items()
+            name: int(value) if name == EXAMPLES else float(value)
+            for name, value in self.recipe.evaluate(self.model).items()
         }
         reached = self.recipe.target_reached(evaluation)
         self.summary.add_evaluation(global_step, evaluation, reached)
         self.log(
             f"evaluation at global step {global_step}: "
-            + " ".join(f"{name} {value:.4f}" for name, value in evaluation.items())
+            + " ".join(
+                f"{name} {value}" if name == EXAMPLES else f"{name} {value:.4f}"
+                for name, value in evaluation.items()
+            )
             + (
                 f"; target reached after {self.summary.elapsed():.0f} s of training"
                 if reached
@@ -312,6 +422,16 @@ class Trainer:
         complete = (phase.is_last and step == phase.steps) or self.summary.target is not None
         if step % self.config.checkpoint_interval and step != phase.steps and not complete:
             return
+        non_finite = non_finite_variables(self.model.weights + self.model.optimizer.variables)
+        if non_finite:
+            self._diverge(
+                phase,
+                step,
+                global_step,
+                f"{len(non_finite)} variable(s) not finite, such as {non_finite[0]} (no "
+                "checkpoint written)",
+            )
+            return
         state = {
             "phase": phase.index,
             "step": step,
@@ -320,11 +440,14 @@ class Trainer:
             # Kept in the state too, so a run killed between its last checkpoint and its
             # summary can still write the summary without training again.
             **self.summary.state(),
+            **self.guard.state(),
+            "input_offset": self.input_offset,
         }
         # Only the writer keeps a file: on JAX it saves without starting a collective; under
         # a multi-worker strategy, where saving is one, the others save a throwaway copy.
         with self.devices.local_scope():
             self.checkpoint = self.run_directory.save_checkpoint(self.model, state)
+        self.checkpoint_state = dict(state, checkpoint=self.checkpoint)
         self.log(f"checkpoint {self.checkpoint}")
 
 

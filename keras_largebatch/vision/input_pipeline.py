@@ -75,7 +75,9 @@ def make_imagenet_dataset(
     Args:
         file_patterns: a glob pattern or path, or a list of them.
         image_size: side of the square images.
-        batch_size: examples per batch of this input pipeline.
+        batch_size: examples per batch of this input pipeline; for evaluation, None gives
+            the ``(image, label)`` examples unbatched (to pad the last batch:
+            `keras_largebatch.training.evaluation.pad_to_batches`).
         is_training: random resized crop and flip; otherwise the central crop.
         input_context: a ``tf.distribute.InputContext``, or None for one pipeline.
         shuffle_seed: seed of the training order; None draws one, so the order then differs
@@ -105,7 +107,9 @@ def make_imagenet_dataset(
     dtype = preprocessing.check_preprocessing_arguments(image_size, mean, stddev, dtype)
     files = resolve_record_files(file_patterns)
     share = _pipeline_share(files, input_context)
-    _check_share(share, batch_size, num_classes, label_offset)
+    if batch_size is None and is_training:
+        raise ValueError("batch_size=None (unbatched examples) is for evaluation only")
+    _check_share(share, 1 if batch_size is None else batch_size, num_classes, label_offset)
 
     def train_example(serialized, seed):
         image_bytes, label = imagenet_records.parse_record(serialized, label_offset)
@@ -145,6 +149,8 @@ def make_imagenet_dataset(
         dataset = _read_records(share, cycle_length=1).map(
             eval_example, num_parallel_calls=tf.data.AUTOTUNE
         )
+    if batch_size is None:
+        return dataset.prefetch(tf.data.AUTOTUNE)
     return dataset.batch(batch_size, drop_remainder=True).prefetch(tf.data.AUTOTUNE)
 
 

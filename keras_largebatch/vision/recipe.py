@@ -13,6 +13,7 @@ import tensorflow as tf
 
 from keras_largebatch import input_order
 from keras_largebatch.schedules import LarsMLPerfSchedule
+from keras_largebatch.training import evaluation
 from keras_largebatch.training.optimizer_factory import create_optimizer
 from keras_largebatch.training.recipe import Recipe
 from keras_largebatch.vision import fashion_mnist, input_pipeline
@@ -38,19 +39,15 @@ class ImageClassification(Recipe):
         if data.dataset == "fashion_mnist":
             (train_x, train_y), (test_x, test_y) = fashion_mnist.load(data.fashion_mnist_dir)
             self._arrays = {"train": (train_x, train_y), "eval": (test_x, test_y)}
-            for split, (images, _) in self._arrays.items():
-                batch = micro_batch if split == "train" else data.eval_batch_size
-                if len(images) < batch:
-                    raise ValueError(
-                        f"Fashion-MNIST's {split} split holds {len(images)} images, fewer "
-                        f"than one batch of {batch}"
-                    )
+            if len(train_x) < micro_batch:
+                raise ValueError(
+                    f"Fashion-MNIST's train split holds {len(train_x)} images, fewer than one "
+                    f"batch of {micro_batch}"
+                )
             log(f"Fashion-MNIST: {len(train_x)} training and {len(test_x)} test images")
             return
-        for files, batch in (
-            (data.train_files, micro_batch),
-            (data.eval_files, data.eval_batch_size),
-        ):
+        # Evaluation pads its last batch, so one record of it is enough.
+        for files, batch in ((data.train_files, micro_batch), (data.eval_files, 1)):
             input_pipeline.check_imagenet_input(
                 files, batch, None, config.model.num_classes, data.label_offset
             )
@@ -140,33 +137,49 @@ class ImageClassification(Recipe):
         return self._one_hot(dataset)
 
     def _evaluation_dataset(self):
+        """The evaluation set in batches of ``data.eval_batch_size``, the last padded with
+        zero-weight examples (`training.evaluation.pad_to_batches`)."""
         config, data = self.config, self.config.data
         if data.dataset == "fashion_mnist":
-            dataset = (
-                tf.data.Dataset.from_tensor_slices(self._arrays["eval"])
-                .batch(data.eval_batch_size)
-                .map(fashion_mnist.normalize, num_parallel_calls=tf.data.AUTOTUNE)
+            examples = tf.data.Dataset.from_tensor_slices(self._arrays["eval"]).map(
+                fashion_mnist.normalize, num_parallel_calls=tf.data.AUTOTUNE
             )
         else:
-            dataset = input_pipeline.make_imagenet_dataset(
+            examples = input_pipeline.make_imagenet_dataset(
                 data.eval_files,
                 config.model.image_size,
-                data.eval_batch_size,
+                None,
                 is_training=False,
                 label_offset=data.label_offset,
                 num_classes=config.model.num_classes,
             )
-        return self._one_hot(dataset)
+        return self._one_hot(evaluation.pad_to_batches(examples, data.eval_batch_size))
 
     def _one_hot(self, dataset):
         num_classes = self.config.model.num_classes
-        return dataset.map(lambda images, labels: (images, tf.one_hot(labels, num_classes)))
+        return dataset.map(
+            lambda images, labels, *weights: (images, tf.one_hot(labels, num_classes), *weights)
+        )
 
     def evaluation_interval(self, phase):
         return self.config.eval_interval
 
     def evaluate(self, model):
-        return model.evaluate(self._evaluation_dataset(), verbose=0, return_dict=True)
+        """Loss (with the training's label smoothing), top-1 and top-5 accuracy over every
+        evaluation image once, and how many there were."""
+        return evaluation.evaluate_weighted(
+            model,
+            self._evaluation_dataset(),
+            [
+                keras.metrics.CategoricalCrossentropy(
+                    name="loss",
+                    from_logits=True,
+                    label_smoothing=self.config.model.label_smoothing,
+                ),
+                keras.metrics.CategoricalAccuracy(name="accuracy"),
+                keras.metrics.TopKCategoricalAccuracy(k=5, name="top5_accuracy"),
+            ],
+        )
 
     def target_reached(self, evaluation):
         target = self.config.target_accuracy

@@ -7,6 +7,7 @@ takes a few seconds. Weights are compared through the checkpoint files the runs 
 import glob
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -234,10 +235,11 @@ def test_completed_run_is_reported_not_retrained(uninterrupted):
 
 def test_run_killed_before_its_summary_writes_it_without_training(tmp_path, records, uninterrupted):
     # The last checkpoint marks the run complete; a kill before summary.json must not strand it.
-    _, expected = uninterrupted
-    config = _config(tmp_path, records["varied"])
-    pretrain_lib.pretrain(config, log=lambda line: None)
+    # A copy of the uninterrupted run's directory (a moved run resumes) without its summary.
+    uninterrupted_config, expected = uninterrupted
+    shutil.copytree(uninterrupted_config.output_dir, tmp_path, dirs_exist_ok=True)
     os.remove(os.path.join(tmp_path, SUMMARY_FILENAME))
+    config = _config(tmp_path, records["varied"])
     lines = []
     summary = pretrain_lib.pretrain(config, log=lines.append)
     assert not any(" step " in line and "loss" in line for line in lines)
@@ -363,9 +365,15 @@ def test_mixed_precision_trains_with_float32_weights(tmp_path, records, uninterr
     }
 
 
-def test_different_config_is_refused_then_overwritten(tmp_path, records):
+def test_a_fixed_config_runs_after_a_refused_one_and_a_different_one_is_refused(tmp_path, records):
+    # A run refused before its first checkpoint leaves nothing to resume: the corrected
+    # command takes the directory over.
+    with pytest.raises(ValueError, match="matches no file"):
+        pretrain_lib.pretrain(
+            _config(tmp_path, str(tmp_path / "typo-*.tfrecord")), log=lambda line: None
+        )
     config = _config(tmp_path, records["varied"], "phases.1.steps=2", "phases.1.warmup_steps=0")
-    pretrain_lib.pretrain(config, log=lambda line: None)
+    assert pretrain_lib.pretrain(config, log=lambda line: None)["global_steps"] == 8
     changed = _config(tmp_path, records["varied"], "phases.1.steps=4", "phases.1.warmup_steps=0")
     with pytest.raises(
         ValueError,
@@ -379,17 +387,6 @@ def test_different_config_is_refused_then_overwritten(tmp_path, records):
     summary = pretrain_lib.pretrain(changed, log=lambda line: None)
     assert summary["global_steps"] == 10 and summary["resumed_from_step"] is None
     assert user_file.read_text() == "mine"
-
-
-def test_fixed_config_runs_after_a_refused_one(tmp_path, records):
-    # A run refused before its first checkpoint leaves nothing to resume: the corrected
-    # command takes the directory over.
-    with pytest.raises(ValueError, match="matches no file"):
-        pretrain_lib.pretrain(
-            _config(tmp_path, str(tmp_path / "typo-*.tfrecord")), log=lambda line: None
-        )
-    config = _config(tmp_path, records["varied"], "phases.1.steps=2", "phases.1.warmup_steps=0")
-    assert pretrain_lib.pretrain(config, log=lambda line: None)["global_steps"] == 8
 
 
 def _refused_before_training(config, message):

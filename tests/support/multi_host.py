@@ -30,7 +30,10 @@ toy runs (a launch costs each process seconds of start-up) and read the record f
 * ``group``: processes given different configs; a whole toy run with its progress lines; the
   first global micro-batch; BERT; then a toy run that every process kills (SIGKILL) after step
   4's checkpoint.
-* ``resume``: the killed run again, which resumes; a whole toy run of its own; the images.
+* ``lost_peer``: a toy run whose process 1 alone is killed after step 4's checkpoint, with a
+  `LOST_PEER_TIMEOUT` of seconds; process 1 writes the time of its death to
+  ``WORK_DIR/lost-peer-killed-at``.
+* ``resume``: the killed runs again, which resume; a whole toy run of its own; the images.
 * ``join_timeout``: process 0 of a group of 2 whose process 1 never starts, named by the
   strategy's keys with a timeout of `JOIN_TIMEOUT` seconds.
 """
@@ -57,6 +60,8 @@ DATA_PARALLEL = "strategy.name=data_parallel"
 TWO_PIPELINES = "strategy.input_pipelines=2"
 ONE_DEVICE = "strategy.devices=['cpu:0']"
 JOIN_TIMEOUT = 3
+LOST_PEER_TIMEOUT = 6
+LOST_PEER_KILLED_AT = "lost-peer-killed-at"
 KILLED_AFTER_BATCHES = 9  # micro-batch 1 of step 5 in phase 1, after step 4's checkpoint
 _XLA_FLAGS = "--xla_force_host_platform_device_count={} --xla_backend_optimization_level=0"
 # Where `write_recipe_data` lists the record files it wrote, under WORK_DIR.
@@ -317,6 +322,16 @@ class KillAfter(InterruptAfter):
         os.kill(os.getpid(), signal.SIGKILL)
 
 
+class KillProcess1After(InterruptAfter):
+    """Kills process 1 alone (SIGKILL) after ``batches`` training calls, recording when."""
+
+    def interrupt(self):
+        if _process_id() == 1:
+            with open(os.path.join(self.work_dir, LOST_PEER_KILLED_AT), "w") as stream:
+                stream.write(repr(time.time()))
+            os.kill(os.getpid(), signal.SIGKILL)
+
+
 def _reference(work_dir, record):
     record["two_devices"] = _run(work_dir, "two_devices", TWO_PIPELINES)
     record["one_device"] = _run(work_dir, "one_device", TWO_PIPELINES, ONE_DEVICE)
@@ -338,8 +353,15 @@ def _group(work_dir, record):
     _run(work_dir, "killed", callbacks=[KillAfter(KILLED_AFTER_BATCHES)])
 
 
+def _lost_peer(work_dir, record):
+    kill = KillProcess1After(KILLED_AFTER_BATCHES)
+    kill.work_dir = work_dir
+    _run(work_dir, "lost", f"strategy.peer_timeout={LOST_PEER_TIMEOUT}", callbacks=[kill])
+
+
 def _resume(work_dir, record):
     record["resumed"] = _run(work_dir, "killed")
+    record["lost_resumed"] = _run(work_dir, "lost", f"strategy.peer_timeout={LOST_PEER_TIMEOUT}")
     record["wide"] = _run(work_dir, "wide", TWO_PIPELINES)
     record["images"] = _images(work_dir, "images")
 
@@ -359,6 +381,7 @@ def _join_timeout(work_dir, record):
 MODES = {
     "reference": _reference,
     "group": _group,
+    "lost_peer": _lost_peer,
     "resume": _resume,
     "join_timeout": _join_timeout,
 }

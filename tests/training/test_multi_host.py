@@ -17,7 +17,14 @@ import pytest
 import tensorflow as tf
 
 from keras_largebatch.training.plan import plan_run
-from tests.support.multi_host import JOIN_TIMEOUT, files_written, run_group, write_recipe_data
+from tests.support.multi_host import (
+    JOIN_TIMEOUT,
+    LOST_PEER_KILLED_AT,
+    LOST_PEER_TIMEOUT,
+    files_written,
+    run_group,
+    write_recipe_data,
+)
 from tests.support.runs import checkpoint_arrays
 from tests.support.toy_recipe import ToyRegression, load
 
@@ -52,8 +59,19 @@ def group(work_dir):
 
 
 @pytest.fixture(scope="module")
-def resume(work_dir, group):
-    """Two processes of 2 devices: the killed run resumed; a toy run of their own; the images."""
+def lost_peer(work_dir):
+    """Two processes of 1 device: process 1 is killed after step 4's checkpoint; process 0
+    stops on its own."""
+    launch = run_group("lost_peer", work_dir, 2, 1)
+    # When process 0 last wrote to its stderr (the next launch writes the file anew).
+    launch.stopped_at = os.path.getmtime(work_dir / "stderr-0.txt")
+    return launch
+
+
+@pytest.fixture(scope="module")
+def resume(work_dir, group, lost_peer):
+    """Two processes of 2 devices: the killed runs resumed; a toy run of their own; the
+    images."""
     return _launch("resume", work_dir, 2, 2).results
 
 
@@ -88,6 +106,10 @@ def _assert_split(summary, num_workers, num_replicas):
     assert phase["per_replica_batch_size"] == 8 // (2 * num_replicas)
 
 
+def test_bert_with_accumulation_on_two_devices_equals_one_device(reference):
+    _assert_arrays(reference["bert_two_devices"], reference["bert_one_device"])
+
+
 def test_bert_on_processes_trains_the_weights_of_one_process(reference, group):
     two_processes = group.results[0]["bert"]
     _assert_split(two_processes, num_workers=2, num_replicas=2)
@@ -116,6 +138,11 @@ def test_images_on_processes_train_the_weights_of_one_process_batch_norm_include
         _assert_arrays(two_processes, expected)
         assert [e["accuracy"] for e in two_processes["evaluations"]] == pytest.approx(
             [e["accuracy"] for e in expected["evaluations"]]
+        )
+        # Every evaluation image once, split over the processes, the same loss as one process.
+        assert [e["examples"] for e in two_processes["evaluations"]] == [20]
+        assert [e["loss"] for e in two_processes["evaluations"]] == pytest.approx(
+            [e["loss"] for e in expected["evaluations"]], rel=1e-4
         )
     assert resume[1]["images"]["final"] == two_processes["final"]
 
@@ -201,6 +228,30 @@ def test_a_killed_run_resumes_to_the_weights_of_the_uninterrupted_one(work_dir, 
     assert resume[1]["resumed"]["resumed_from_step"] == 4
     # Killed on 2 processes of 1 device, resumed on 2 of 2: the same 2 input pipelines.
     _assert_arrays(resumed, group.results[0]["group"])
+
+
+def test_a_lost_peer_stops_the_other_process_in_time_naming_it_and_the_checkpoint(
+    work_dir, lost_peer, resume
+):
+    assert lost_peer.returncodes == [3, -9], lost_peer.stderr[0][-4000:]
+    checkpoint = work_dir / "lost" / "checkpoints" / "ckpt-000000004.weights.h5"
+    line = re.search(r"error: process 1 of the run is lost .*", lost_peer.stderr[0])
+    assert line, lost_peer.stderr[0][-4000:]
+    assert re.fullmatch(
+        rf"error: process 1 of the run is lost \(no heartbeat for \d+ s; strategy.peer_timeout="
+        rf"{LOST_PEER_TIMEOUT}\); process 0 stops. The last checkpoint is "
+        rf"{re.escape(str(checkpoint))}: run the same command again on every host to resume "
+        "from it",
+        line.group(0),
+    )
+    # The line is process 0's last; it came within the timeout of process 1's death (and 1 s
+    # for a machine shared with other work).
+    killed_at = float((work_dir / LOST_PEER_KILLED_AT).read_text())
+    stopped_after = lost_peer.stopped_at - killed_at
+    assert 0 < stopped_after < LOST_PEER_TIMEOUT + 1, stopped_after
+    # Run again, it resumes from that checkpoint.
+    assert [results["lost_resumed"]["resumed_from_step"] for results in resume] == [4, 4]
+    assert resume[0]["lost_resumed"]["global_steps"] == 12
 
 
 def test_processes_given_different_configs_fail_before_any_work(work_dir, group):

@@ -38,6 +38,18 @@ def test_claim_writes_the_config_and_refuses_another_runs_checkpoints(tmp_path):
         RunDirectory(load(tmp_path, "phases.0.steps=8")).claim()
 
 
+def test_a_run_recorded_before_a_config_section_existed_resumes_at_its_defaults(tmp_path):
+    run = RunDirectory(load(tmp_path))
+    run.claim()
+    _save(run, _model(1.0), 4)
+    state = json.loads((tmp_path / "checkpoints" / "state.json").read_text())
+    del state["config"]["divergence"]
+    (tmp_path / "checkpoints" / "state.json").write_text(json.dumps(state))
+    assert RunDirectory(load(tmp_path)).claim()["global_step"] == 4
+    with pytest.raises(ValueError, match=r"differs at \['divergence.action'\]"):
+        RunDirectory(load(tmp_path, "divergence.action=rollback")).claim()
+
+
 def test_claim_refuses_a_directory_of_something_else(tmp_path):
     (tmp_path / "thesis.tex").write_text("mine")
     with pytest.raises(ValueError, match="is not empty and holds no run_config.json"):

@@ -153,7 +153,7 @@ def _imagenet(output_dir, records, *overrides):
             f"data.train_files={json.dumps(records['train'])}",
             f"data.eval_files={json.dumps(records['eval'])}",
             "data.num_train_examples=64",
-            "data.eval_batch_size=10",
+            "data.eval_batch_size=8",  # 20 evaluation records: two batches and a padded one
             "model.num_classes=10",
             "model.image_size=24",
             "model.sync_batch_norm=true",
@@ -188,6 +188,7 @@ def test_imagenet_records_train_and_evaluate(one_device):
     assert one_device["global_steps"] == 6 and one_device["architecture"] == "small"
     assert [e["global_step"] for e in one_device["evaluations"]] == [6]
     assert 0 <= one_device["evaluations"][0]["accuracy"] <= 1
+    assert one_device["evaluations"][0]["examples"] == 20
     assert np.isfinite(one_device["final"]["loss"])
 
 
@@ -199,6 +200,11 @@ def test_two_replicas_equal_one_device(tmp_path, records, one_device):
         log=lambda line: None,
     )
     assert summary["strategy"]["num_replicas"] == 2
+    # Each evaluation batch is split over the replicas; the figures are those of one device.
+    (evaluation,), (expected,) = summary["evaluations"], one_device["evaluations"]
+    assert evaluation["examples"] == expected["examples"] == 20
+    for name in ("loss", "accuracy", "top5_accuracy"):
+        assert evaluation[name] == pytest.approx(expected[name], rel=1e-3, abs=1e-4), name
     reference = checkpoint_arrays(one_device["checkpoint"])
     compared = 0
     for name, value in checkpoint_arrays(summary["checkpoint"]).items():

@@ -1,0 +1,175 @@
+"""The divergence guard: its decisions against a transcription of the rule, a rate that
+diverges (the run stops, no checkpoint holds a non-finite array), and a batch made non-finite
+on purpose (a rollback skips it: the same weights as a run that never read it, also when the
+run is killed after the rollback and run again)."""
+
+import json
+import math
+import os
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from keras_largebatch import input_order
+from keras_largebatch.training import trainer
+from keras_largebatch.training.config import DivergenceConfig
+from keras_largebatch.training.divergence import DivergenceGuard, TrainingDiverged
+from tests.support.runs import Interrupt, InterruptAfter, checkpoint_arrays
+from tests.support.toy_recipe import ToyRegression, load
+
+# The toy run's first phase: 6 steps of one batch each, windows of 2, a checkpoint at step 4.
+POISONED_POSITION = 4  # the batch that step 5 reads: its targets are NaN
+
+
+def test_the_guard_decides_as_the_rule_says():
+    losses = [4.0, 3.0, 2.5, 2.0, 6.0, 1.0, float("inf"), float("nan"), 30.0]
+    ratio, recent = 2.0, 3
+    guard = DivergenceGuard(DivergenceConfig(max_loss_ratio=ratio, recent_windows=recent))
+    kept = []
+    for loss in losses:
+        expected = not math.isfinite(loss) or bool(kept and loss > ratio * np.mean(kept[-recent:]))
+        assert (guard.check(loss) is not None) == expected, loss
+        if not expected:
+            kept.append(loss)
+    assert guard.state() == {"recent_losses": kept[-recent:]}
+    # Without a ratio only a non-finite loss diverges.
+    plain = DivergenceGuard(DivergenceConfig(), recent_losses=[1.0])
+    assert plain.check(1e30) is None and "loss nan" in plain.check(float("nan"))
+
+
+@pytest.mark.parametrize(
+    "override, message",
+    [
+        ("divergence.action=undo", "divergence.action"),
+        ("divergence.max_loss_ratio=1", "divergence.max_loss_ratio"),
+        ("divergence.skip_batches=-1", "divergence.skip_batches"),
+        ("divergence.max_rollbacks=-1", "divergence.max_rollbacks"),
+    ],
+)
+def test_bad_settings_are_refused_at_load(tmp_path, override, message):
+    with pytest.raises(ValueError, match=message):
+        load(tmp_path, override)
+
+
+def test_a_rate_that_diverges_stops_the_run_and_keeps_the_last_good_checkpoint(tmp_path):
+    # The second phase's rate overflows the loss in its first window; the first phase ended
+    # with a checkpoint at global step 6, the one checkpoint kept.
+    config = load(tmp_path, "phases.1.learning_rate=1e30", "keep_checkpoints=1")
+    with pytest.raises(TrainingDiverged) as raised:
+        trainer.train(config, ToyRegression(config))
+    good = str(tmp_path / "checkpoints" / "ckpt-000000006.weights.h5")
+    assert str(raised.value) == (
+        f"the run diverged in phase 2 at step 2 (global 8): loss inf; the last good "
+        f"checkpoint is {good}"
+    )
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["diverged"] == {
+        "phase": 2,
+        "step": 2,
+        "global_step": 8,
+        "reason": "loss inf",
+        "last_good_checkpoint": good,
+    }
+    assert sorted(map(str, tmp_path.glob("checkpoints/ckpt-*.weights.h5"))) == [good]
+    for name, array in checkpoint_arrays(good).items():
+        assert np.all(np.isfinite(array)), name
+
+
+class _PoisonedRegression(ToyRegression):
+    """The toy run whose first phase reads NaN targets in the batch at ``poisoned`` (an input
+    position), or, with ``skipped``, never reads the input positions in it (the reference)."""
+
+    def __init__(self, config, poisoned=None, skipped=()):
+        super().__init__(config)
+        self.poisoned = poisoned
+        self.skipped = set(skipped)
+
+    def dataset(self, phase, batch_size, input_context, start_batch):
+        dataset = super().dataset(phase, batch_size, input_context, start_batch)
+        positions = tf.data.Dataset.range(start_batch, input_order._LAST_EPOCH)
+        dataset = tf.data.Dataset.zip(positions, dataset)
+        if phase.index == 0 and self.skipped:
+            skipped = tf.constant(sorted(self.skipped), tf.int64)
+            dataset = dataset.filter(
+                lambda position, batch: tf.reduce_all(tf.not_equal(position, skipped))
+            )
+        poisoned = -1 if phase.index or self.poisoned is None else self.poisoned
+        return dataset.map(
+            lambda position, batch: (
+                batch[0],
+                tf.where(position == poisoned, float("nan"), batch[1]),
+            )
+        )
+
+
+def _final_arrays(summary):
+    return checkpoint_arrays(summary["checkpoint"])
+
+
+def test_a_batch_made_non_finite_is_rolled_back_and_skipped(tmp_path):
+    overrides = ("divergence.action=rollback", "divergence.skip_batches=1")
+    config = load(tmp_path / "rolled", *overrides)
+    lines = []
+    summary = trainer.train(
+        config, _PoisonedRegression(config, poisoned=POISONED_POSITION), log=lines.append
+    )
+    # Step 5 read the NaN batch; the window of steps 5-6 diverged; the checkpoint of step 4
+    # is restored, and steps 5-6 read positions 7 and 8 (past step 6's input, plus one).
+    (rollback,) = summary["rollbacks"]
+    assert {key: rollback[key] for key in ("phase", "step", "restored_step", "input_offset")} == {
+        "phase": 1,
+        "step": 6,
+        "restored_step": 4,
+        "input_offset": 3,
+    }
+    assert json.loads((tmp_path / "rolled" / "rollbacks.json").read_text()) == [rollback]
+    assert any(line.startswith("the run diverged in phase 1 at step 6") for line in lines)
+    assert "diverged" not in summary and summary["global_steps"] == 12
+    reference_config = load(tmp_path / "reference")
+    reference = trainer.train(
+        reference_config, _PoisonedRegression(reference_config, skipped=(4, 5, 6))
+    )
+    expected = _final_arrays(reference)
+    for name, array in _final_arrays(summary).items():
+        np.testing.assert_array_equal(array, expected[name], err_msg=name)
+
+    # Killed after the rollback, before its next checkpoint, and run again: the same decision.
+    killed = load(tmp_path / "killed", *overrides)
+    with pytest.raises(Interrupt):
+        trainer.train(
+            killed, _PoisonedRegression(killed, poisoned=POISONED_POSITION), [InterruptAfter(7)]
+        )
+    assert os.path.exists(tmp_path / "killed" / "rollbacks.json")
+    again = trainer.train(killed, _PoisonedRegression(killed, poisoned=POISONED_POSITION))
+    assert [entry["input_offset"] for entry in again["rollbacks"]] == [3]
+    for name, array in _final_arrays(again).items():
+        np.testing.assert_array_equal(array, expected[name], err_msg=name)
+
+
+def test_rollbacks_stop_at_their_cap(tmp_path):
+    config = load(tmp_path, "divergence.action=rollback", "divergence.max_rollbacks=0")
+    with pytest.raises(TrainingDiverged, match=r"divergence.max_rollbacks=0 rollbacks done"):
+        trainer.train(config, _PoisonedRegression(config, poisoned=POISONED_POSITION))
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["diverged"]["step"] == 6
+    assert summary["diverged"]["last_good_checkpoint"].endswith("ckpt-000000004.weights.h5")
+
+
+class _CountingRegression(ToyRegression):
+    """The toy run whose optimizer reports 2 skipped steps, as ours count the steps they skip
+    for a non-finite gradient."""
+
+    def build_optimizer(self, phase, model):
+        optimizer = super().build_optimizer(phase, model)
+        optimizer.skipped_steps = keras.Variable(2, dtype="int64", trainable=False)
+        return optimizer
+
+
+def test_progress_lines_count_the_steps_the_optimizer_skipped(tmp_path):
+    config = load(tmp_path, "phases=[{steps: 2}]")
+    lines = []
+    trainer.train(config, _CountingRegression(config), log=lines.append)
+    (progress,) = [line for line in lines if line.startswith("phase 1 step 2/2")]
+    assert "examples/s, 2 step(s) skipped (gradient not finite), " in progress
