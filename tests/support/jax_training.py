@@ -120,7 +120,8 @@ def tiny_bert_config(output_dir, record_files, *overrides):
 
 def bert_runs(work_dir, record_file):
     """`tiny_bert_config`'s run on 1 and 2 devices, each also with 2 micro-batches per step;
-    and `bert_loss_runs`."""
+    one step linear in the gradient on 1 device and on 2 devices with 2 micro-batches (of 2
+    examples per device); and `bert_loss_runs`."""
     from keras_largebatch.bert import pretraining as pretrain
 
     def run(name, *overrides):
@@ -134,6 +135,19 @@ def bert_runs(work_dir, record_file):
         "one_device_accumulation": run("one_device_accumulation", ONE_DEVICE, accumulate),
         "data_parallel_accumulation": run("data_parallel_accumulation", accumulate),
     }
+    # No layer adaptation, epsilon 1 and no clipping: an update linear in the gradient, which
+    # shows a gradient of the wrong scale in every weight.
+    linear_step = (
+        "phases.0.steps=1",
+        "phases.0.warmup_steps=0",
+        "optimizer.exclude_from_layer_adaptation=['.']",
+        "optimizer.epsilon=1.0",
+        "optimizer.global_clipnorm=null",
+    )
+    results["linear_one_device"] = run("linear_one_device", ONE_DEVICE, *linear_step)
+    results["linear_data_parallel_accumulation"] = run(
+        "linear_data_parallel_accumulation", accumulate, *linear_step
+    )
     results["loss"] = bert_loss_runs()
     return results
 
