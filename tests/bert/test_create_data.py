@@ -425,3 +425,45 @@ def test_default_data_interrupted_before_its_manifest_is_redone(tmp_path, monkey
     with pytest.raises(FileExistsError, match="overwrite=true for keras-largebatch-pretrain"):
         pretraining_data.create_default_pretraining_data(str(tmp_path), **arguments)
     assert (tmp_path / "notes.txt").read_text() == "mine"
+
+
+def test_command_line_whole_word_mask_never_splits_a_word(tmp_path):
+    # Words of one to three WordPieces; every sentence a shuffle of them.
+    pieces = {"unbreakable": ["un", "##break", "##able"], "cats": ["cat", "##s"], "sat": ["sat"]}
+    pieces.update({"matted": ["mat", "##ted"], "rug": ["rug"], "on": ["on"]})
+    vocabulary = list(vocab_lib.SPECIAL_TOKENS) + sorted({p for w in pieces.values() for p in w})
+    vocab_file = tmp_path / "vocab.txt"
+    vocab_lib.save_vocabulary(vocabulary, str(vocab_file))
+    rng = np.random.default_rng(0)
+    documents = [
+        "\n".join(" ".join(rng.permutation(list(pieces))) for _ in range(6)) for _ in range(20)
+    ]
+    text_file = tmp_path / "text.txt"
+    text_file.write_text("\n\n".join(documents) + "\n")
+    argv = ["--input_files", str(text_file), "--vocab_file", str(vocab_file)]
+    argv += ["--max_seq_length", "32", "--max_predictions_per_seq", "8", "--dupe_factor", "5"]
+    argv += ["--num_workers", "1", "--num_output_shards", "1", "--whole-word-mask"]
+    assert create_data.main(argv + ["--output_dir", str(tmp_path / "out")]) == 0
+    records = _read_records([str(tmp_path / "out" / "pretraining-00000-of-00001.tfrecord")])
+    masked = total = 0
+    for record in records:
+        count = int(record["masked_lm_weights"].sum())
+        positions = set(record["masked_lm_positions"][:count].tolist())
+        tokens = [vocabulary[i] for i in record["input_ids"]]
+        for position, original in zip(
+            record["masked_lm_positions"][:count], record["masked_lm_ids"]
+        ):
+            tokens[position] = vocabulary[original]
+        word = []
+        for position, token in enumerate(tokens + ["[SEP]"]):
+            if not token.startswith("##") and word:
+                assert set(word) <= positions or not set(word) & positions, (tokens, word)
+                word = []
+            if token not in ("[CLS]", "[SEP]", "[PAD]"):
+                word.append(position)
+        masked += count
+        total += int(record["input_mask"].sum())
+    assert len(records) > 100
+    # round(n * 0.15) per sequence, less where only words too long to fit were left.
+    assert abs(masked / total - 0.15) < 0.01, masked / total
+    assert create_data.main(argv + ["--output_dir", str(tmp_path / "x"), "--dynamic-masking"]) == 2

@@ -8,6 +8,7 @@ import tensorflow as tf
 
 from keras_largebatch.bert.data import vocab as vocab_lib
 from keras_largebatch.bert.pretraining import input_pipeline
+from tests.support.bert_records import write_records
 
 SEQ_LENGTH = 16
 MAX_PREDICTIONS = 4
@@ -135,6 +136,30 @@ def test_training_drops_the_partial_batch_and_repeats(tmp_path):
         files, SEQ_LENGTH, MAX_PREDICTIONS, batch_size_per_replica=2, is_training=False
     )
     assert len(list(eval_dataset)) == 2
+
+
+def test_every_batch_carries_its_steps_masked_count(tmp_path):
+    # 3 batches per step: the first example of each batch holds a third of the 3 batches'
+    # summed masked_lm weights, the others 0; the stream from batch 3 is the stream's step 2.
+    files = [write_records(tmp_path / "varied.tfrecord", 64, seed=1)]
+
+    def batches(start_batch):
+        dataset = input_pipeline.make_pretraining_dataset(
+            files, 16, 4, 2, seed=3, batches_per_step=3, start_batch=start_batch
+        )
+        return [weights for _, _, weights in dataset.take(6).as_numpy_iterator()]
+
+    stream = batches(0)
+    for step in (stream[:3], stream[3:]):
+        total = sum(batch["masked_lm"].sum() for batch in step)
+        for batch in step:
+            np.testing.assert_allclose(batch["masked_lm_step_share"], [total / 3, 0.0], rtol=1e-6)
+    assert len({float(batch["masked_lm"].sum()) for batch in stream}) > 1
+    np.testing.assert_array_equal(
+        batches(3)[0]["masked_lm_step_share"], stream[3]["masked_lm_step_share"]
+    )
+    with pytest.raises(ValueError, match="start_batch=4 must be a multiple of batches_per_step=3"):
+        input_pipeline.make_pretraining_dataset(files, 16, 4, 2, batches_per_step=3, start_batch=4)
 
 
 @pytest.mark.parametrize("num_files", [4, 2])

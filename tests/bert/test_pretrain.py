@@ -35,7 +35,6 @@ def records(tmp_path_factory):
     directory = tmp_path_factory.mktemp("records")
     return {
         "varied": write_records(directory / "varied.tfrecord", 256, seed=1),
-        "full": write_records(directory / "full.tfrecord", 256, seed=2, full_masks=True),
         "missing": write_records(directory / "missing.tfrecord", 4, drop="masked_lm_ids"),
         "short": write_records(directory / "short.tfrecord", 4, lengths={"input_ids": 15}),
     }
@@ -288,12 +287,12 @@ def test_steps_per_execution_gives_the_same_run(tmp_path, records, uninterrupted
         np.testing.assert_allclose(value, reference[name], rtol=1e-6, atol=1e-7, err_msg=name)
 
 
-# One step of 8 examples with the same number of masked tokens in each, so that the mean of
-# the losses of any split of the batch (micro-batches, replicas) is the full-batch loss. No
-# layer adaptation, epsilon 1 and no clipping keep the update linear in the gradient, so a
-# gradient of the wrong scale shows in every weight (and the trust ratio would rescale a
-# layer's update to the layer's norm, turning the rounding noise of a layer whose gradient
-# nearly cancels into a full-size step).
+# One step of 8 examples with different numbers of masked tokens (1 to 4 each), so that a loss
+# normalized per micro-batch or per replica differs from the full-batch loss. No layer
+# adaptation, epsilon 1 and no clipping keep the update linear in the gradient, so a gradient
+# of the wrong scale shows in every weight (and the trust ratio would rescale a layer's update
+# to the layer's norm, turning the rounding noise of a layer whose gradient nearly cancels into
+# a full-size step).
 _LINEAR_STEP = [
     "optimizer.exclude_from_layer_adaptation=['.']",
     "optimizer.epsilon=1.0",
@@ -306,10 +305,10 @@ def _linear_step(output_dir, records, accumulation=1, *overrides):
         "phases=[{seq_length: 16, max_predictions_per_seq: 4, global_batch_size: 8, "
         "steps: 1, warmup_steps: 0, peak_learning_rate: 1.0e-2, "
         f"gradient_accumulation_steps: {accumulation}, "
-        f"input_files: ['{records['full']}']}}]"
+        f"input_files: ['{records['varied']}']}}]"
     )
     return pretrain_lib.pretrain(
-        _config(output_dir, records["full"], phase, *_LINEAR_STEP, *overrides),
+        _config(output_dir, records["varied"], phase, *_LINEAR_STEP, *overrides),
         log=lambda line: None,
     )
 
@@ -319,10 +318,47 @@ def linear_step_on_one_device(tmp_path_factory, records):
     return _linear_step(tmp_path_factory.mktemp("linear"), records)
 
 
-def test_gradient_accumulation_equals_the_full_batch(tmp_path, records, linear_step_on_one_device):
-    summary = _linear_step(tmp_path, records, accumulation=2)
+def test_linear_step_batch_has_unequal_masked_counts(records):
+    # What makes the accumulation tests below able to fail: the 4 micro-batches of 2 of the
+    # step's 8 examples carry different numbers of masked tokens.
+    first = tf.data.TFRecordDataset(records["varied"]).take(8)
+    weights = [
+        sum(
+            tf.train.Example.FromString(record.numpy())
+            .features.feature["masked_lm_weights"]
+            .float_list.value
+        )
+        for record in first
+    ]
+    micro_batch_counts = [weights[i] + weights[i + 1] for i in range(0, 8, 2)]
+    assert len(set(micro_batch_counts)) > 1, micro_batch_counts
+
+
+@pytest.mark.parametrize("accumulation", [2, 4])
+def test_gradient_accumulation_equals_the_full_batch(
+    tmp_path, records, linear_step_on_one_device, accumulation
+):
+    summary = _linear_step(tmp_path, records, accumulation)
     assert summary["global_steps"] == 1
     # The weights only: the optimizer also holds the accumulators here.
+    _assert_arrays_close(
+        _weights(summary),
+        _weights(linear_step_on_one_device),
+        rtol=1e-5,
+        atol=1e-7,
+        prefix="layers/",
+    )
+
+
+def test_accumulation_on_two_replicas_equals_the_full_batch(
+    tmp_path, records, linear_step_on_one_device
+):
+    # 2 micro-batches of 4, each split over 2 replicas: one input pipeline serves both
+    # replicas, so every replica's micro-batch of 2 needs the whole step's masked count.
+    summary = _linear_step(
+        tmp_path, records, 2, "strategy.name=mirrored", "strategy.devices=['/cpu:0', '/cpu:1']"
+    )
+    assert summary["strategy"]["num_replicas"] == 2
     _assert_arrays_close(
         _weights(summary),
         _weights(linear_step_on_one_device),

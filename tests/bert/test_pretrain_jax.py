@@ -1,6 +1,7 @@
-"""BERT pretraining on the JAX backend: DataParallel over 2 devices equals 1 device, and the
-masked-LM loss is normalized over the global batch. (With 2 micro-batches per step, 2 devices
-against 1 is tests/training/test_multi_host.py's
+"""BERT pretraining on the JAX backend: DataParallel over 2 devices equals 1 device,
+accumulated micro-batches with unequal masked counts equal the full batch, and the masked-LM
+loss is normalized over the global batch. (With 2 micro-batches per step, 2 devices against 1 is
+tests/training/test_multi_host.py's
 ``test_bert_with_accumulation_on_two_devices_equals_one_device``.)
 
 The runs happen in a subprocess on JAX with 2 host devices (tests/support/jax_training.py): the
@@ -40,6 +41,18 @@ def test_two_devices_equal_one_device(runs):
     assert "layers/bert_backbone/layers/embedding/vars/0" in expected
     for name in expected:
         np.testing.assert_allclose(actual[name], expected[name], rtol=1e-5, atol=1e-6, err_msg=name)
+
+
+def test_accumulation_on_two_devices_equals_the_full_batch(runs):
+    # One step of 8 records with 1 to 4 masked tokens each: 2 micro-batches of 4 (2 per
+    # device) hold unequal counts, so only a loss over the whole step's count matches.
+    actual = checkpoint_arrays(runs["linear_data_parallel_accumulation"]["checkpoint"])
+    expected = checkpoint_arrays(runs["linear_one_device"]["checkpoint"])
+    assert runs["linear_data_parallel_accumulation"]["global_steps"] == 1
+    weights = [name for name in expected if name.startswith("layers/")]
+    assert "layers/bert_backbone/layers/embedding/vars/0" in weights
+    for name in weights:
+        np.testing.assert_allclose(actual[name], expected[name], rtol=1e-5, atol=1e-7, err_msg=name)
 
 
 def test_masked_lm_loss_is_normalized_over_the_global_batch(runs):

@@ -13,11 +13,8 @@ import numpy as np
 import tensorflow as tf
 
 
-def synthetic_example(
-    rng, seq_length, max_predictions, vocabulary_size, drop=None, lengths=None, full_masks=False
-):
-    """One serialized example; ``drop`` leaves out a feature, ``lengths`` changes sizes,
-    ``full_masks`` masks ``max_predictions`` tokens in every example (equal weight sums)."""
+def synthetic_example(rng, seq_length, max_predictions, vocabulary_size, drop=None, lengths=None):
+    """One serialized example; ``drop`` leaves out a feature, ``lengths`` changes sizes."""
     length = int(rng.integers(max(6, seq_length // 2), seq_length + 1))
     input_ids = np.zeros(seq_length, np.int64)
     input_ids[:length] = rng.integers(5, vocabulary_size, length)
@@ -26,7 +23,7 @@ def synthetic_example(
     segment_ids = np.zeros(seq_length, np.int64)
     segment_ids[split + 1 : length] = 1
     candidates = [position for position in range(1, length - 1) if position != split]
-    count = max_predictions if full_masks else int(rng.integers(1, max_predictions + 1))
+    count = int(rng.integers(1, max_predictions + 1))
     count = min(count, len(candidates))
     positions = np.zeros(max_predictions, np.int64)
     positions[:count] = np.sort(rng.choice(candidates, count, replace=False))
@@ -66,7 +63,6 @@ def write_records(
     seed=0,
     drop=None,
     lengths=None,
-    full_masks=False,
 ):
     """Writes ``num_examples`` synthetic examples to the TFRecord file ``path``; returns it."""
     rng = np.random.default_rng(seed)
@@ -80,7 +76,6 @@ def write_records(
                     vocabulary_size,
                     drop=drop,
                     lengths=lengths,
-                    full_masks=full_masks,
                 )
             )
     return str(path)

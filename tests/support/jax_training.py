@@ -119,18 +119,34 @@ def tiny_bert_config(output_dir, record_files, *overrides):
 
 
 def bert_runs(work_dir, record_file):
-    """`tiny_bert_config`'s run on 1 and 2 devices, and `bert_loss_runs`. (With 2 micro-batches
-    per step, the same comparison is tests/training/test_multi_host.py's reference runs.)"""
+    """`tiny_bert_config`'s run on 1 and 2 devices; one step linear in the gradient on 1 device
+    and on 2 devices with 2 micro-batches (of 2 examples per device); and `bert_loss_runs`. (Runs
+    with 2 micro-batches per step on 1 and 2 devices are tests/training/test_multi_host.py's
+    reference runs.)"""
     from keras_largebatch.bert import pretraining as pretrain
 
     def run(name, *overrides):
         config = tiny_bert_config(os.path.join(work_dir, name), [record_file], *overrides)
         return pretrain.pretrain(config, log=lambda line: None)
 
+    accumulate = "phases.0.gradient_accumulation_steps=2"
     results = {
         "one_device": run("one_device", ONE_DEVICE),
         "data_parallel": run("data_parallel"),
     }
+    # No layer adaptation, epsilon 1 and no clipping: an update linear in the gradient, which
+    # shows a gradient of the wrong scale in every weight.
+    linear_step = (
+        "phases.0.steps=1",
+        "phases.0.warmup_steps=0",
+        "optimizer.exclude_from_layer_adaptation=['.']",
+        "optimizer.epsilon=1.0",
+        "optimizer.global_clipnorm=null",
+    )
+    results["linear_one_device"] = run("linear_one_device", ONE_DEVICE, *linear_step)
+    results["linear_data_parallel_accumulation"] = run(
+        "linear_data_parallel_accumulation", accumulate, *linear_step
+    )
     results["loss"] = bert_loss_runs()
     return results
 

@@ -115,6 +115,12 @@ def build_parser():
         "pipeline's per-epoch masking",
     )
     parser.add_argument(
+        "--whole-word-mask",
+        action="store_true",
+        help="mask whole words (a token and its ## continuations together), as "
+        "google-research/bert's --do_whole_word_mask; not with --dynamic-masking",
+    )
+    parser.add_argument(
         "--overwrite",
         action="store_true",
         help="replace existing output in OUTPUT_DIR (without it, existing "
@@ -147,6 +153,7 @@ def main(argv=None):
         seed=args.seed,
         num_workers=args.num_workers,
         dynamic_masking=args.dynamic_masking,
+        whole_word_mask=args.whole_word_mask,
         overwrite=args.overwrite,
     )
     try:

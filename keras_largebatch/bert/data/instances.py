@@ -46,6 +46,7 @@ class InstanceOptions:
     masked_lm_prob: float = masking.DEFAULT_MASKED_LM_PROB
     short_seq_prob: float = DEFAULT_SHORT_SEQ_PROB
     dynamic_masking: bool = False
+    whole_word_mask: bool = False
 
     def __post_init__(self):
         records.check_lengths(
@@ -57,6 +58,13 @@ class InstanceOptions:
         masking.check_masked_lm_prob(self.masked_lm_prob)
         check_number("short_seq_prob", self.short_seq_prob, low=0, high=1)
         check_bool("dynamic_masking", self.dynamic_masking)
+        check_bool("whole_word_mask", self.whole_word_mask)
+        if self.whole_word_mask and self.dynamic_masking:
+            raise ValueError(
+                "whole_word_mask=True masks the records as they are written, but "
+                "dynamic_masking=True writes them unmasked (the input pipeline masks token by "
+                "token); choose one"
+            )
 
 
 @dataclasses.dataclass(frozen=True)

@@ -11,6 +11,13 @@ tokens that are neither; ``round`` halves to even, as Python's does. Each chosen
 [MASK] with probability 0.8, a random non-special token with probability 0.1, and stays itself
 with probability 0.1.
 
+With whole-word masking (google-research/bert's ``--do_whole_word_mask``, behind its "whole
+word masking" models) the candidates are words, not tokens: a token and the ``##``
+continuations right after it. The words are taken in a random order and each is masked whole
+while it fits in ``num_to_predict`` (a word that would pass it is skipped, so no word is ever
+partly masked and the count can fall short of ``num_to_predict``); each masked token then gets
+its own 80/10/10 draw.
+
 ``mask_tokens`` masks one id list with a ``random.Random`` (data creation, where the seed fixes
 the bytes); ``mask_token_batch`` masks a batch with stateless TensorFlow ops and static shapes
 (the input pipeline's dynamic masking).
@@ -47,6 +54,7 @@ class TokenIds:
     sep_id: int
     mask_id: int
     replacement_ids: tuple
+    continuation_ids: frozenset = frozenset()
 
     @classmethod
     def from_vocabulary(cls, vocabulary):
@@ -56,6 +64,9 @@ class TokenIds:
             sep_id=special[vocab_lib.SEP_TOKEN],
             mask_id=special[vocab_lib.MASK_TOKEN],
             replacement_ids=tuple(vocab_lib.replacement_token_ids(vocabulary)),
+            continuation_ids=frozenset(
+                index for index, token in enumerate(vocabulary) if token.startswith("##")
+            ),
         )
 
     @property
@@ -91,7 +102,8 @@ def mask_tokens(tokens, options, token_ids, rng):
 
     Args:
         tokens: the ids.
-        options: has ``max_predictions_per_seq`` and ``masked_lm_prob`` (an ``InstanceOptions``).
+        options: has ``max_predictions_per_seq``, ``masked_lm_prob`` and ``whole_word_mask``
+            (an ``InstanceOptions``).
         token_ids: a ``TokenIds``.
         rng: a ``random.Random``, the only source of randomness.
 
@@ -104,7 +116,10 @@ def mask_tokens(tokens, options, token_ids, rng):
     count = num_to_predict(
         len(tokens), len(candidates), options.max_predictions_per_seq, options.masked_lm_prob
     )
-    positions = sorted(rng.sample(candidates, count))
+    if options.whole_word_mask:
+        positions = _whole_word_positions(tokens, token_ids, count, rng)
+    else:
+        positions = sorted(rng.sample(candidates, count))
     masked_tokens = list(tokens)
     for position in positions:
         draw = rng.random()
@@ -113,6 +128,26 @@ def mask_tokens(tokens, options, token_ids, rng):
         elif draw < RANDOM_TOKEN_BELOW:
             masked_tokens[position] = rng.choice(token_ids.replacement_ids)
     return masked_tokens, positions, [tokens[position] for position in positions]
+
+
+def _whole_word_positions(tokens, token_ids, count, rng):
+    """Ascending positions of whole words, at most ``count`` of them (module docstring)."""
+    words = []
+    for position, token in enumerate(tokens):
+        if token in token_ids.protected_ids:
+            continue
+        if token in token_ids.continuation_ids and words and words[-1][-1] == position - 1:
+            words[-1].append(position)
+        else:
+            words.append([position])
+    rng.shuffle(words)
+    positions = []
+    for word in words:
+        if len(positions) >= count:
+            break
+        if len(positions) + len(word) <= count:
+            positions.extend(word)
+    return sorted(positions)
 
 
 def mask_token_batch(

@@ -69,6 +69,7 @@ def create_pretraining_data(
     dynamic_masking=False,
     overwrite=False,
     progress=True,
+    whole_word_mask=False,
 ):
     """Writes BERT pretraining TFRecords for text files (the module docstring has the details).
 
@@ -92,6 +93,8 @@ def create_pretraining_data(
             The output does not depend on it.
         dynamic_masking: write unmasked records without ``masked_lm_*`` features, for the input
             pipeline's per-epoch masking.
+        whole_word_mask: mask whole words, a token with its ``##`` continuations, never part
+            of one (``masking``); not with ``dynamic_masking``.
         overwrite: replace existing output in ``output_dir``; without it, existing output is an
             error raised before any work.
         progress: print progress lines to stderr.
@@ -104,7 +107,12 @@ def create_pretraining_data(
     that, run once per part of the input, each into its own ``output_dir``.
     """
     options = instances.InstanceOptions(
-        max_seq_length, max_predictions_per_seq, masked_lm_prob, short_seq_prob, dynamic_masking
+        max_seq_length,
+        max_predictions_per_seq,
+        masked_lm_prob,
+        short_seq_prob,
+        dynamic_masking,
+        whole_word_mask,
     )
     _check_run_arguments(
         vocabulary_size, dupe_factor, num_output_shards, seed, num_workers, overwrite, progress
@@ -144,6 +152,7 @@ def create_default_pretraining_data(
     dynamic_masking=False,
     overwrite=False,
     progress=True,
+    whole_word_mask=False,
 ):
     """Writes the embedded default corpus, its vocabulary and its TFRecords to ``output_dir``.
 
@@ -156,7 +165,12 @@ def create_default_pretraining_data(
         A ``PretrainingData``; ``record_files`` go to ``make_pretraining_dataset``.
     """
     options = instances.InstanceOptions(
-        max_seq_length, max_predictions_per_seq, masked_lm_prob, short_seq_prob, dynamic_masking
+        max_seq_length,
+        max_predictions_per_seq,
+        masked_lm_prob,
+        short_seq_prob,
+        dynamic_masking,
+        whole_word_mask,
     )
     _check_run_arguments(
         vocabulary_size, dupe_factor, num_output_shards, seed, num_workers, overwrite, progress
@@ -229,11 +243,15 @@ def _run_config(
     input_files, vocab_file, vocabulary_size, options, dupe_factor, num_output_shards, seed
 ):
     """What a manifest records of the arguments that decide the output bytes."""
+    recorded_options = dataclasses.asdict(options)
+    if not options.whole_word_mask:
+        # Left out when off, so that manifests written before the option still match.
+        del recorded_options["whole_word_mask"]
     return {
         "input_files": input_files,
         "vocab_file": vocab_file,
         "vocabulary_size": vocabulary_size,
-        **dataclasses.asdict(options),
+        **recorded_options,
         "dupe_factor": dupe_factor,
         "num_output_shards": num_output_shards,
         "seed": seed,

@@ -14,6 +14,8 @@ labels["masked_lm"]             int32    [batch, max_predictions]  masked_lm_ids
 labels["next_sentence"]         int32    [batch]                   next_sentence_labels
 sample_weights["masked_lm"]     float32  [batch, max_predictions]  masked_lm_weights
 sample_weights["next_sentence"] float32  [batch]                   (all ones)
+sample_weights["masked_lm_      float32  [batch]                   (see below)
+step_share"]
 ==============================  =======  ========================  ============================
 
 The records follow the schema of ``records``. The feature names are those of keras-hub's
@@ -21,6 +23,15 @@ The records follow the schema of ``records``. The feature names are those of ker
 ``masked_lm`` (logits ``[batch, max_predictions, vocabulary_size]``) and ``next_sentence``
 (logits ``[batch, 2]``) trains on these batches with sparse categorical cross-entropy losses,
 and the padded predictions weigh nothing.
+
+``masked_lm_step_share`` carries the masked-token count of the optimizer step each batch
+belongs to, so that a loss over accumulated micro-batches is exactly the loss of the whole
+step: the pipeline's ``batches_per_step`` consecutive batches (the micro-batches of all the
+replicas it serves, in one optimizer step) are one group whose summed ``masked_lm_weights``,
+``T``, is split evenly over the group's batches, on the first example of each batch (the
+others 0). Summed over the global batch of one micro-batch (all replicas, all pipelines) the
+shares give ``N / k``: the step's masked-token count ``N`` over its ``k`` micro-batches
+(`model.BertPretrainer` divides by this sum).
 
 With ``dynamic_masking=True`` the records are the unmasked variant ``create_data`` writes with
 ``--dynamic_masking`` (no ``masked_lm_*`` features), and every batch gets fresh 80/10/10 masks
@@ -55,6 +66,7 @@ def make_pretraining_dataset(
     masked_lm_prob=masking.DEFAULT_MASKED_LM_PROB,
     start_batch=0,
     record_counts=None,
+    batches_per_step=1,
 ):
     """Returns a ``tf.data.Dataset`` of pretraining batches (structure in the module docstring).
 
@@ -90,6 +102,9 @@ def make_pretraining_dataset(
         record_counts: a ``files -> [records of each]`` function, such as a
             `keras_largebatch.input_order.RecordCounts` (which caches them); None counts the
             pipeline's files by reading them once.
+        batches_per_step: this pipeline's batches in one optimizer step (its replicas times
+            the gradient accumulation steps), over which ``masked_lm_step_share`` is counted;
+            ``start_batch`` must be a multiple of it.
 
     Raises:
         TypeError: for an argument of the wrong type.
@@ -105,6 +120,12 @@ def make_pretraining_dataset(
     ):
         check_integer(argument, value, low=1)
     check_integer("start_batch", start_batch, low=0)
+    check_integer("batches_per_step", batches_per_step, low=1)
+    if start_batch % batches_per_step:
+        raise ValueError(
+            f"start_batch={start_batch} must be a multiple of batches_per_step="
+            f"{batches_per_step}: a stream starts at an optimizer step"
+        )
     masking.check_masked_lm_prob(masked_lm_prob)
     check_bool("is_training", is_training)
     check_bool("dynamic_masking", dynamic_masking)
@@ -174,7 +195,21 @@ def make_pretraining_dataset(
             lambda serialized, batch_seed: dynamic_masker(parse(serialized), batch_seed),
             num_parallel_calls=tf.data.AUTOTUNE,
         )
+    dataset = dataset.batch(batches_per_step, drop_remainder=True)
+    dataset = dataset.map(_with_step_share, num_parallel_calls=tf.data.AUTOTUNE).unbatch()
     return dataset.prefetch(tf.data.AUTOTUNE)
+
+
+def _with_step_share(features, labels, sample_weights):
+    """A group of one step's batches (``[batches_per_step, batch, ...]`` tensors) with
+    ``masked_lm_step_share``: the group's masked-token count over its batches, on the first
+    example of each batch."""
+    weights = sample_weights["masked_lm"]
+    batches, batch_size = tf.shape(weights)[0], tf.shape(weights)[1]
+    share = tf.reduce_sum(weights) / tf.cast(batches, tf.float32)
+    first_example = tf.one_hot(tf.zeros([batches], tf.int32), batch_size, dtype=tf.float32)
+    sample_weights = dict(sample_weights, masked_lm_step_share=share * first_example)
+    return features, labels, sample_weights
 
 
 def _evaluation_records(files, num_pipelines, pipeline_id):

@@ -133,10 +133,21 @@ class BertPretrainer(keras.Model):
     with the transposed token embedding (tied) plus an output bias; the next-sentence head is a
     dense layer on the pooled ``[CLS]`` output.
 
-    Loss, with ``w`` the masked-LM weights (0 at padded predictions) and ``v`` the
-    next-sentence weights, summed over the global batch (all replicas):
+    Loss of one micro-batch ``b`` of an optimizer step of ``k`` micro-batches (``k = 1`` without
+    gradient accumulation), with ``w`` the masked-LM weights (0 at padded predictions) and
+    ``v`` the next-sentence weights, the sums over all replicas:
 
-        loss = sum(w * CE(masked_lm)) / sum(w) + sum(v * CE(next_sentence)) / sum(v)
+        loss_b = k * sum_b(w * CE(masked_lm)) / sum_step(w)
+               + sum_b(v * CE(next_sentence)) / sum_b(v)
+
+    The optimizer averages the k micro-batch gradients, so the step follows the gradient of
+    ``sum_step(w * CE) / sum_step(w)``: exactly the loss of the whole step's batch, however
+    unequally its masked tokens fall over micro-batches and replicas (a per-micro-batch
+    normalization weighs a token of a micro-batch with few masked tokens more; the
+    next-sentence weights are all ones, so every micro-batch holds the same count).
+    ``k / sum_step(w)`` comes from the batch: the sum over the micro-batch of
+    ``sample_weights["masked_lm_step_share"]`` that `input_pipeline.make_pretraining_dataset`
+    writes; a batch without it (one that is its own step) uses ``1 / sum_b(w)``.
 
     Under a tf.distribute strategy each replica returns its share, its local sums over the
     global denominators, so that the gradients summed over replicas are those of one device
@@ -197,14 +208,15 @@ class BertPretrainer(keras.Model):
         next_sentence_losses = keras.losses.sparse_categorical_crossentropy(
             y["next_sentence"], y_pred["next_sentence"], from_logits=True
         )
+        step_share = sample_weight.get("masked_lm_step_share")
         masked_lm_loss = ops.sum(masked_lm_losses * masked_lm_weights) / _global_sum(
-            masked_lm_weights
+            masked_lm_weights if step_share is None else ops.cast(step_share, "float32")
         )
         next_sentence_loss = ops.sum(next_sentence_losses * next_sentence_weights) / _global_sum(
             next_sentence_weights
         )
         # The trackers average over replicas; each replica's share times the replica count
-        # averages to the global value.
+        # averages to the global value (and, over a step's k micro-batches, to the step's).
         replicas = _num_replicas()
         self.masked_lm_loss_tracker.update_state(masked_lm_loss * replicas)
         self.next_sentence_loss_tracker.update_state(next_sentence_loss * replicas)

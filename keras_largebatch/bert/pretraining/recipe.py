@@ -81,6 +81,11 @@ class BertPretraining(Recipe):
         return build_optimizer(self.config.optimizer, phase, model)
 
     def dataset(self, phase, batch_size, input_context, start_batch):
+        # A pipeline serves num_replicas_in_sync / num_input_pipelines replicas a batch each
+        # per micro-batch (`keras_largebatch.training.trainer.make_phase_dataset`): its batches
+        # of one optimizer step, over which the step's masked-token count is taken.
+        num_pipelines = input_context.num_input_pipelines if input_context else 1
+        batches_per_step = phase.global_batch_size // (num_pipelines * batch_size)
         return input_pipeline.make_pretraining_dataset(
             self.record_files[phase.index],
             phase.settings.seq_length,
@@ -92,6 +97,7 @@ class BertPretraining(Recipe):
             cycle_length=self.config.data.cycle_length,
             start_batch=start_batch,
             record_counts=self.record_counts,
+            batches_per_step=batches_per_step,
         )
 
     def phase_summary(self, phase):
