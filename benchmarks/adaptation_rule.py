@@ -9,11 +9,15 @@ vocabulary with probability 0.8 when the label is 1 (0.2 when 0), among neutral 
 
     KERAS_BACKEND=jax python benchmarks/adaptation_rule.py --rates 2e-2 5e-3 --seeds 0 1 2
 
-prints the validation accuracy after 3 epochs for LAMB with its default exclusions, LAMB adapting
-every variable (`exclude_from_layer_adaptation=[]`) and Keras's `Lamb`.
+prints, as JSON on stdout (a line per setting on stderr as it goes), the validation accuracy
+after 3 epochs for LAMB with its default exclusions, LAMB adapting every variable
+(`exclude_from_layer_adaptation=[]`) and Keras's `Lamb`: ``{"rate_R": {"KIND": {"seed_S":
+accuracy}}}``.
 """
 
 import argparse
+import json
+import sys
 
 import keras
 import numpy as np
@@ -70,12 +74,15 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rates", type=float, nargs="+", default=[2e-2, 5e-3])
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    parser.add_argument("--train", type=int, default=4000)
+    parser.add_argument("--train", type=int, default=4000, help="training examples")
+    parser.add_argument("--validation", type=int, default=1000, help="validation examples")
+    parser.add_argument("--epochs", type=int, default=3)
     args = parser.parse_args()
     x, y = _data(100, args.train)
-    x_val, y_val = _data(200, 1000)
-    batch, epochs = 32, 3
+    x_val, y_val = _data(200, args.validation)
+    batch, epochs = 32, args.epochs
     steps = epochs * (args.train // batch)
+    report = {}
     for rate in args.rates:
         for kind in ("lamb_default", "lamb_adapt_all", "keras_lamb"):
             accuracies = []
@@ -90,10 +97,16 @@ def main():
                 history = model.fit(
                     x, y, batch_size=batch, epochs=epochs, validation_data=(x_val, y_val), verbose=0
                 )
-                accuracies.append(history.history["val_accuracy"][-1])
+                accuracies.append(float(history.history["val_accuracy"][-1]))
+            report.setdefault(f"rate_{rate:g}", {})[kind] = {
+                f"seed_{seed}": accuracy for seed, accuracy in zip(args.seeds, accuracies)
+            }
             print(
-                f"rate {rate:g} {kind:15} " + " ".join(f"{a:.2f}" for a in accuracies), flush=True
+                f"rate {rate:g} {kind:15} " + " ".join(f"{a:.2f}" for a in accuracies),
+                file=sys.stderr,
+                flush=True,
             )
+    print(json.dumps(report, indent=2))
 
 
 if __name__ == "__main__":

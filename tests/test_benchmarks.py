@@ -21,6 +21,10 @@ BENCHMARKS = ROOT / "benchmarks"
 DATA = "--data-dir=bert-data"  # relative to the run's working directory
 # Script -> its smoke-size arguments and the keys its JSON must hold ("a/b": b inside a).
 SMOKE = {
+    "adaptation_rule.py": (
+        ["--rates", "2e-2", "--seeds", "0", "--train", "64", "--validation", "32", "--epochs", "1"],
+        [f"rate_0.02/{kind}/seed_0" for kind in ("lamb_default", "lamb_adapt_all", "keras_lamb")],
+    ),
     "optimizer_step.py": (
         ["--repeats", "1", "--models", "bert_tiny", "resnet_small"],
         [
@@ -112,7 +116,8 @@ SMOKE = {
 # compiled_step.py); the BERT input benchmarks share one, in this order.
 QUEUES = (
     ["input_pipeline.py", "pretraining.py", "resume.py", "image_training.py"],
-    ["distributed_step.py", "optimizer_step.py", "gradient_noise_scale.py", "compiled_step.py"],
+    ["distributed_step.py", "optimizer_step.py", "gradient_noise_scale.py", "compiled_step.py"]
+    + ["adaptation_rule.py"],
 )
 
 

@@ -56,7 +56,9 @@ def train_model(strategy, config, global_batch_size=16, steps=4, accumulation=1,
     )
     with strategy.scope():
         model = build_model()
-        optimizer = OPTIMIZERS[name](gradient_accumulation_steps=accumulation, **kwargs)
+        optimizer = OPTIMIZERS[name](
+            gradient_accumulation_steps=None if accumulation == 1 else accumulation, **kwargs
+        )
         model.compile(optimizer=optimizer, loss="mse")
     model.fit(dataset, epochs=1, steps_per_epoch=steps * accumulation, verbose=0)
     result = {f"weight_{i}": w for i, w in enumerate(model.get_weights())}

@@ -47,7 +47,9 @@ def train(name, accumulation, distribution, clip=True):
     try:
         model = build_model()
         model.compile(
-            optimizer=optimizer_class(gradient_accumulation_steps=accumulation, **kwargs),
+            optimizer=optimizer_class(
+                gradient_accumulation_steps=None if accumulation == 1 else accumulation, **kwargs
+            ),
             loss="mse",
         )
         model.fit(

@@ -64,7 +64,11 @@ def fit(
             ),
         ]
     )
-    optimizer = LARS(0.0, momentum=0.0, gradient_accumulation_steps=accumulation_steps)
+    optimizer = LARS(
+        0.0,
+        momentum=0.0,
+        gradient_accumulation_steps=None if accumulation_steps == 1 else accumulation_steps,
+    )
     model.compile(
         optimizer=optimizer,
         loss="mse",

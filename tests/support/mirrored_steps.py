@@ -23,13 +23,17 @@ from tests.support.regression import build_model, regression_data
 DEVICES = ["/cpu:0", "/cpu:1"]
 OPTIMIZERS = {
     "LAMB": lambda accumulation: LAMB(
-        0.02, weight_decay=0.01, gradient_accumulation_steps=accumulation
+        0.02,
+        weight_decay=0.01,
+        gradient_accumulation_steps=None if accumulation == 1 else accumulation,
     ),
     "LARS": lambda accumulation: LARS(
-        0.5, weight_decay=1e-4, gradient_accumulation_steps=accumulation
+        0.5,
+        weight_decay=1e-4,
+        gradient_accumulation_steps=None if accumulation == 1 else accumulation,
     ),
     "SGD": lambda accumulation: keras.optimizers.SGD(
-        0.01, momentum=0.9, gradient_accumulation_steps=accumulation
+        0.01, momentum=0.9, gradient_accumulation_steps=None if accumulation == 1 else accumulation
     ),
 }
 

@@ -194,7 +194,9 @@ def train(case, initial_weights):
         model = build_model(dtype)
         model.set_weights(initial_weights)
         model.compile(
-            optimizer=optimizer_class(gradient_accumulation_steps=accumulation, **kwargs),
+            optimizer=optimizer_class(
+                gradient_accumulation_steps=None if accumulation == 1 else accumulation, **kwargs
+            ),
             loss="mse",
         )
         model.fit(
