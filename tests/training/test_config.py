@@ -254,10 +254,10 @@ def test_configs_load_validate_and_print_without_tensorflow_or_keras_hub():
     program = """
 import contextlib, io, sys
 from keras_largebatch.bert.pretraining import config as bert_config
-from keras_largebatch.bert import pretraining as pretrain
+from keras_largebatch.bert.pretraining import __main__ as pretrain
 from keras_largebatch.study import config as study_config
 from keras_largebatch.training import config as training_config, config_loading, plan
-from keras_largebatch.vision import config as vision_config, train
+from keras_largebatch.vision import __main__ as train, config as vision_config
 bert_config.load_config(overrides=["phases.0.max_per_replica_batch_size=8"])
 vision_config.load_config()
 study_config.preset("tiny").validate()
