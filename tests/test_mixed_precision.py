@@ -27,6 +27,7 @@ import tensorflow as tf
 
 from keras_largebatch import LAMB, LARS
 from tests.optimizers import reference
+from tests.optimizers.skip_cases import micro_batch_means, poisoned
 from tests.support.regression import build_model, regression_data
 
 # reference.SHAPES holds (7,) and (): the default rule excludes them from decay and adaptation.
@@ -87,24 +88,6 @@ def assert_state_equal(actual, expected):
         np.testing.assert_array_equal(actual[key], expected[key], err_msg=key)
 
 
-def micro_batch_means(gradient_steps, k):
-    if k is None:
-        return gradient_steps
-    return [
-        [
-            np.mean([gradient_steps[s * k + j][i] for j in range(k)], axis=0)
-            for i in range(len(gradient_steps[0]))
-        ]
-        for s in range(len(gradient_steps) // k)
-    ]
-
-
-def with_non_finite(grads, bad_value):
-    bad = [np.array(g) for g in grads]
-    bad[0].flat[1] = bad_value
-    return bad
-
-
 @pytest.mark.parametrize("bad_value", [np.inf, np.nan])
 @pytest.mark.parametrize("accumulation", [None, 3])
 @pytest.mark.parametrize("name", sorted(CONFIGS))
@@ -129,7 +112,7 @@ def test_direct_apply_skips_a_non_finite_step(name, accumulation, bad_value):
     before = optimizer_state(inner, variables)
     if accumulation:
         assert np.any(inner._accumulated_gradients[0].numpy() != 0)
-    apply(with_non_finite(gradient_steps[bad_at], bad_value))
+    apply(poisoned(gradient_steps[bad_at], bad_value))
     assert_state_equal(optimizer_state(inner, variables), before)
     assert float(optimizer.dynamic_scale.numpy()) == INITIAL_SCALE / 2
 
@@ -293,7 +276,7 @@ def test_mirrored_skips_a_step_non_finite_on_one_replica_on_all_of_them(
         step(pair)
     before = state()
     bad_pair = list(shares[bad_at])
-    bad_pair[bad_replica] = with_non_finite(bad_pair[bad_replica], np.inf)
+    bad_pair[bad_replica] = poisoned(bad_pair[bad_replica], np.inf)
     step(bad_pair)
     after = state()
     for path, replicas in before.items():
