@@ -99,6 +99,7 @@ class LAMB(LayerwiseAdaptiveOptimizer):
         ema_overwrite_frequency=None,
         loss_scale_factor=None,
         gradient_accumulation_steps=None,
+        skip_non_finite_steps=False,
         name="lamb",
         **kwargs,
     ):
@@ -122,6 +123,7 @@ class LAMB(LayerwiseAdaptiveOptimizer):
             ema_overwrite_frequency=ema_overwrite_frequency,
             loss_scale_factor=loss_scale_factor,
             gradient_accumulation_steps=gradient_accumulation_steps,
+            skip_non_finite_steps=skip_non_finite_steps,
             name=name,
             **kwargs,
         )

@@ -93,6 +93,7 @@ class LARS(LayerwiseAdaptiveOptimizer):
         ema_overwrite_frequency=None,
         loss_scale_factor=None,
         gradient_accumulation_steps=None,
+        skip_non_finite_steps=False,
         name="lars",
         **kwargs,
     ):
@@ -119,6 +120,7 @@ class LARS(LayerwiseAdaptiveOptimizer):
             ema_overwrite_frequency=ema_overwrite_frequency,
             loss_scale_factor=loss_scale_factor,
             gradient_accumulation_steps=gradient_accumulation_steps,
+            skip_non_finite_steps=skip_non_finite_steps,
             name=name,
             **kwargs,
         )
