@@ -84,7 +84,8 @@ def host_value(value):
     processes' devices (a reduction's result, a replicated variable) is read from this
     process's copy."""
     if isinstance(value, keras.Variable):
-        value = value.value
+        # Read as a tensor: NumPy cannot take a TensorFlow MirroredVariable of integers directly.
+        value = keras.ops.convert_to_tensor(value)
     if getattr(value, "is_fully_addressable", True) is False:
         value = value.addressable_data(0)
     return keras.ops.convert_to_numpy(value)
