@@ -22,8 +22,17 @@ DATA = "--data-dir=bert-data"  # relative to the run's working directory
 # Script -> its smoke-size arguments and the keys its JSON must hold ("a/b": b inside a).
 SMOKE = {
     "adaptation_rule.py": (
-        ["--rates", "2e-2", "--seeds", "0", "--train", "64", "--validation", "32", "--epochs", "1"],
-        [f"rate_0.02/{kind}/seed_0" for kind in ("lamb_default", "lamb_adapt_all", "keras_lamb")],
+        ["--rates", "2e-2", "--lars-rates", "0.1", "--seeds", "0", "--train", "64"]
+        + ["--validation", "32", "--epochs", "1"],
+        [
+            f"rate_{rate}/{kind}/seed_0"
+            for rate, kinds in (
+                ("0.02", ("lamb_exclude_biases_norms", "lamb_adapt_all", "lamb_adapt_all_max_1")),
+                ("0.02", ("keras_lamb",)),
+                ("0.1", ("lars_exclude_biases_norms", "lars_adapt_all", "sgd_momentum")),
+            )
+            for kind in kinds
+        ],
     ),
     "optimizer_step.py": (
         ["--repeats", "1", "--models", "bert_tiny", "resnet_small"],

@@ -19,7 +19,7 @@ import pytest
 import tensorflow as tf
 
 from keras_largebatch.callbacks import LearningRateLogger, LearningRateWarmup, TrustRatioMonitor
-from keras_largebatch.optimizers import LAMB, LARS
+from keras_largebatch.optimizers import LAMB, LARS, biases_and_norms
 from keras_largebatch.schedules import WarmupPolynomialDecay
 
 
@@ -385,7 +385,12 @@ def test_trust_ratio_monitor_with_lamb_in_loss_scale_optimizer(tmp_path):
     model = keras.Sequential(
         [keras.Input((4,)), keras.layers.Dense(3, name="hidden"), keras.layers.Dense(1, name="out")]
     )
-    lamb = LAMB(1e-2, weight_decay=0.01, record_trust_ratio=True)
+    lamb = LAMB(
+        1e-2,
+        weight_decay=0.01,
+        record_trust_ratio=True,
+        exclude_from_layer_adaptation=biases_and_norms,
+    )
     model.compile(optimizer=keras.optimizers.LossScaleOptimizer(lamb), loss="mse")
     monitor = TrustRatioMonitor(log_dir=str(tmp_path))
     rng = np.random.default_rng(0)

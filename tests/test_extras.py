@@ -225,11 +225,11 @@ def test_bert_modules_name_the_bert_extra(tmp_path):
 
 def _reference_runs():
     """The NumPy transcriptions (tests/optimizers/reference.py) of the two runs of
-    `core_training`: the default exclusions keep the bias out of decay and adaptation."""
+    `core_training`: by default the bias is adapted but not decayed."""
     features, coefficients, kernel, bias = (x.astype(np.float64) for x in core_training.problem())
     gradients = [features.T @ coefficients / len(features), coefficients.mean(axis=0)]
     steps = [gradients] * core_training.EPOCHS
-    masks = dict(decay_mask=[True, False], adapt_mask=[True, False])
+    masks = dict(decay_mask=[True, False])
 
     def warmup_linear_decay(step):  # WarmupPolynomialDecay(0.05, total_steps=6, warmup_steps=2)
         return 0.05 * step / 2 if step < 2 else 0.05 * (1 - (step - 2) / 4)

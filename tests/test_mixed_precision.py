@@ -26,22 +26,22 @@ import pytest
 import tensorflow as tf
 
 from keras_largebatch import LAMB, LARS
+from keras_largebatch.optimizers import biases_and_norms
 from tests.optimizers import reference
 from tests.optimizers.skip_cases import micro_batch_means, poisoned
 from tests.support.regression import build_model, regression_data
 
-# reference.SHAPES holds (7,) and (): the default rule excludes them from decay and adaptation.
+# reference.SHAPES holds (7,) and (): the default rule excludes them from weight decay.
 DEFAULT_MASK = [True, False, True, False]
 
 CONFIGS = {
     "LAMB": (
         lambda **kw: LAMB(learning_rate=1e-2, weight_decay=0.01, record_trust_ratio=True, **kw),
         lambda weights, steps: reference.lamb(
-            weights, steps, lr=1e-2, wd=0.01, decay_mask=DEFAULT_MASK, adapt_mask=DEFAULT_MASK
+            weights, steps, lr=1e-2, wd=0.01, decay_mask=DEFAULT_MASK
         ),
     ),
     "LARS": (
-        # Excluded variables (biases, LayerNorm) step by the full rate: 0.1 keeps the models stable.
         lambda **kw: LARS(
             learning_rate=0.1,
             trust_coefficient=0.1,
@@ -56,7 +56,6 @@ CONFIGS = {
             eta=0.1,
             wd=1e-2,
             decay_mask=DEFAULT_MASK,
-            adapt_mask=DEFAULT_MASK,
         ),
     ),
 }
@@ -409,7 +408,9 @@ def assert_last_lamb_trust_ratio_is_float32_accurate(optimizer, variables, recor
         before = recorder.weights[-2][index].astype(np.float64)
         m = recorder.momentums[-1][index].astype(np.float64)
         v = recorder.velocities[-1][index].astype(np.float64)
-        update = m * c1 / (np.sqrt(v) * c2 + 1e-6) + 0.01 * before
+        update = m * c1 / (np.sqrt(v) * c2 + 1e-6)
+        if optimizer.decays(variable):
+            update = update + 0.01 * before
         expected = np.linalg.norm(before) / np.linalg.norm(update)
         np.testing.assert_allclose(
             ratios[variable.path], expected, rtol=2e-6, err_msg=variable.path
@@ -422,19 +423,24 @@ def assert_last_lamb_trust_ratio_is_float32_accurate(optimizer, variables, recor
             err_msg=variable.path,
         )
         checked += 1
-    assert checked == 2
+    assert checked == len(variables)
 
 
 # The spacing of floats just above 1 (machine epsilon) of each low-precision dtype.
 EPSILON = {"float16": 2.0**-10, "bfloat16": 2.0**-7}
 # A (64, 64) kernel of scale 6 has ||w||^2 ~ 1.5e5, and half of it still exceeds float16's
 # largest value (65504): accumulated in float16 its norm would be inf. Then a kernel, a bias
-# and a scalar.
+# and a scalar, both left unadapted (so that their unscaled steps are checked too).
 LOW_PRECISION_SHAPES = [(64, 64), (5, 3), (7,), ()]
 LOW_PRECISION_MASK = [True, True, False, False]
 LOW_PRECISION_CASES = {
     "LAMB": (
-        lambda: LAMB(learning_rate=0.1, weight_decay=0.01, record_trust_ratio=True),
+        lambda: LAMB(
+            learning_rate=0.1,
+            weight_decay=0.01,
+            record_trust_ratio=True,
+            exclude_from_layer_adaptation=biases_and_norms,
+        ),
         lambda weights, steps: reference.lamb(
             weights,
             steps,
@@ -446,7 +452,11 @@ LOW_PRECISION_CASES = {
     ),
     "LARS": (
         lambda: LARS(
-            learning_rate=0.1, trust_coefficient=0.1, weight_decay=0.01, record_trust_ratio=True
+            learning_rate=0.1,
+            trust_coefficient=0.1,
+            weight_decay=0.01,
+            record_trust_ratio=True,
+            exclude_from_layer_adaptation=biases_and_norms,
         ),
         lambda weights, steps: reference.lars(
             weights,

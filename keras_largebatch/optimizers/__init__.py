@@ -2,6 +2,6 @@
 
 from keras_largebatch.optimizers.lamb import LAMB
 from keras_largebatch.optimizers.lars import LARS
-from keras_largebatch.optimizers.trust_ratio import ExclusionRule, trust_ratio
+from keras_largebatch.optimizers.trust_ratio import ExclusionRule, biases_and_norms, trust_ratio
 
-__all__ = ["LAMB", "LARS", "ExclusionRule", "trust_ratio"]
+__all__ = ["LAMB", "LARS", "ExclusionRule", "biases_and_norms", "trust_ratio"]

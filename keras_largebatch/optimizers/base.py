@@ -160,8 +160,10 @@ class LayerwiseAdaptiveOptimizer(keras.optimizers.Optimizer):
         self._weight_decay_rule = ExclusionRule(
             exclude_from_weight_decay, "exclude_from_weight_decay"
         )
+        # Every variable is adapted unless excluded, as in the papers' algorithms
+        # (docs/guides/optimizers.md measures the choice).
         self._layer_adaptation_rule = ExclusionRule(
-            exclude_from_layer_adaptation, "exclude_from_layer_adaptation"
+            exclude_from_layer_adaptation, "exclude_from_layer_adaptation", default=()
         )
         self.min_trust_ratio = min_trust_ratio
         self.max_trust_ratio = max_trust_ratio

@@ -48,8 +48,11 @@ class LAMB(LayerwiseAdaptiveOptimizer):
             excluded: rank-0/1 variables, and variables named ``bias`` of any rank, such as
             keras-hub's attention biases), a list of regular expressions searched in
             ``variable.path``, or a callable ``variable -> bool``. ``[]`` excludes nothing.
-        exclude_from_layer_adaptation: the same rules for the trust ratio (excluded
-            variables use a ratio of 1). Defaults to ``None``.
+        exclude_from_layer_adaptation: the same kinds of rule for the trust ratio
+            (excluded variables use a ratio of 1). ``None`` (default) adapts every variable,
+            as the paper's algorithm, Keras's `Lamb`, optax and timm do;
+            google-research/bert leaves LayerNorm and biases unadapted
+            (``["layer_norm", "bias"]``, or `biases_and_norms`).
         min_trust_ratio: lower clamp on the trust ratio, or ``None`` (default).
         max_trust_ratio: upper clamp on the trust ratio, or ``None`` (default). The paper's
             theory clips the ratio; DeepSpeed exposes both bounds, timm clamps at 1.

@@ -42,8 +42,10 @@ class LARS(LayerwiseAdaptiveOptimizer):
             excluded: rank-0/1 variables, and variables named ``bias`` of any rank, such as
             keras-hub's attention biases), a list of regular expressions searched in
             ``variable.path``, or a callable ``variable -> bool``. ``[]`` excludes nothing.
-        exclude_from_layer_adaptation: the same rules for the trust ratio. Defaults to
-            ``None``.
+        exclude_from_layer_adaptation: the same kinds of rule for the trust ratio (excluded
+            variables use a ratio of 1). ``None`` (default) adapts every variable, as the
+            paper's algorithm and optax do; the MLPerf ResNet-50 reference leaves batch-norm
+            parameters and biases unadapted (`biases_and_norms`).
         min_trust_ratio: lower clamp on the computed trust ratio (before the LARC clip), or
             ``None`` (default).
         max_trust_ratio: upper clamp on the computed trust ratio (before the LARC clip), or

@@ -73,9 +73,13 @@ def trust_ratio(
     return ops.where(defined, ratio, 1.0)
 
 
-def _default_exclusion(variable):
-    """Biases, and normalization scales and offsets: what the BERT and MLPerf references
-    leave out of weight decay and layer adaptation.
+@keras.saving.register_keras_serializable(package="keras_largebatch")
+def biases_and_norms(variable):
+    """True for biases and normalization scales and offsets: what the BERT and MLPerf
+    references leave out of weight decay and layer adaptation.
+
+    Pass it as ``exclude_from_weight_decay`` or ``exclude_from_layer_adaptation`` (it is
+    registered, so it survives `get_config` and `model.save`).
 
     Rank-0 and rank-1 variables, and every variable named ``bias`` whatever its rank:
     keras-hub's attention layers (`EinsumDense`) hold their query/key/value biases as
@@ -92,27 +96,27 @@ class ExclusionRule:
 
     ``spec`` is one of:
 
-    * ``None``: the default rule, which excludes rank-0 and rank-1 variables (biases,
-      LayerNorm/BatchNorm gamma and beta) and every variable named ``bias`` of any rank
-      (keras-hub's rank-2 attention biases), and keeps every kernel and embedding;
+    * ``None``: the argument's default, ``default``;
     * a list (or tuple) of regular expressions, searched (``re.search``) in the variable's
       full path, e.g. ``"layer_norm"`` matches
       ``transformer_layer_0/self_attention_layer_norm/gamma``. ``[]`` excludes nothing;
-    * a callable taking the variable and returning True to exclude it. To survive
-      `get_config` / `model.save`, register it with
+    * a callable taking the variable and returning True to exclude it, such as
+      `biases_and_norms`. To survive `get_config` / `model.save`, register it with
       ``@keras.saving.register_keras_serializable()``.
 
     Args:
         spec: the rule, as above.
         argument: the constructor argument's name, used in error messages.
+        default: the rule ``None`` stands for, a list or a callable: `biases_and_norms`
+            unless given (LAMB and LARS pass ``()`` for ``exclude_from_layer_adaptation``).
     """
 
-    def __init__(self, spec, argument):
+    def __init__(self, spec, argument, default=biases_and_norms):
         self.argument = argument
         self.spec = spec
         if spec is None:
-            self._match = _default_exclusion
-        elif callable(spec):
+            spec = default
+        if callable(spec):
             self._match = spec
         elif isinstance(spec, (list, tuple)):
             patterns = []

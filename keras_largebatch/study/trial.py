@@ -10,6 +10,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from keras_largebatch.optimizers import biases_and_norms
 from keras_largebatch.schedules import WarmupPolynomialDecay
 from keras_largebatch.study import measures, protocol
 from keras_largebatch.study.model import simple_cnn
@@ -51,6 +52,8 @@ def build_optimizer(optimizer, settings, total_steps):
             beta_1=first_moment,
             beta_2=settings["beta_2"],
             skip_non_finite_steps=False,
+            # The rule the study's first edition ran with (then LAMB's default).
+            exclude_from_layer_adaptation=biases_and_norms,
         )
     return create_optimizer(
         "lars",
@@ -58,8 +61,9 @@ def build_optimizer(optimizer, settings, total_steps):
         skip_non_finite_steps=False,
         momentum=first_moment,
         trust_coefficient=settings["trust_coefficient"],
-        # [] adapts every variable; None is the default rule, which leaves biases out.
-        exclude_from_layer_adaptation=[] if settings["bias_adaptation"] else None,
+        # [] adapts every variable; the study's trials without bias adaptation leave biases
+        # and norms out.
+        exclude_from_layer_adaptation=[] if settings["bias_adaptation"] else biases_and_norms,
     )
 
 

@@ -18,6 +18,9 @@ from keras_largebatch.vision import fashion_mnist
 
 DATASETS = ("fashion_mnist", "imagenet")
 OPTIMIZER_NAMES = ("lars", "sgd")
+# The MLPerf ResNet reference's exclusions from weight decay and layer adaptation: batch-norm
+# scales (gamma) and offsets (beta), and biases.
+MLPERF_EXCLUSIONS = ("gamma$", "beta$", "bias$")
 # Training images of ILSVRC-2012, the epoch of every published ImageNet recipe.
 IMAGENET_TRAIN_EXAMPLES = 1_281_167
 
@@ -89,6 +92,12 @@ class OptimizerConfig:
     trust_coefficient: float = 0.001  # LARS's eta
     epsilon: float = 0.0  # in the trust ratio's denominator (MLPerf: 0)
     nesterov: bool = False  # Nesterov momentum
+    exclude_from_weight_decay: list[str] = dataclasses.field(
+        default_factory=lambda: list(MLPERF_EXCLUSIONS)
+    )  # regexes searched in variable paths (MLPerf's: batch-norm scales, offsets and biases)
+    exclude_from_layer_adaptation: list[str] = dataclasses.field(
+        default_factory=lambda: list(MLPERF_EXCLUSIONS)
+    )  # the same for LARS's trust ratio (ratio 1); [] adapts every variable; unused by sgd
 
 
 @dataclasses.dataclass

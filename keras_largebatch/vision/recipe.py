@@ -4,8 +4,8 @@ The MLPerf ResNet-50 reference (mlcommons/training ``image_classification``) tra
 (You, Gitman, Ginsburg 2017, "Large Batch Training of Convolutional Networks",
 arXiv:1708.03888), a linear warmup over epochs then power-2 decay (`LarsMLPerfSchedule`),
 label smoothing 0.1, batch-norm parameters and biases excluded from weight decay and
-adaptation (LARS's default rule), evaluates every few epochs and stops at a target top-1
-accuracy. `keras_largebatch.vision` is the command around it.
+adaptation (MLPerf's rule, the config's `optimizer.exclude_from_*`), evaluates every few epochs
+and stops at a target top-1 accuracy. `keras_largebatch.vision` is the command around it.
 """
 
 import keras
@@ -65,7 +65,7 @@ class ImageClassification(Recipe):
 
     def build_optimizer(self, phase, model):
         """LARS, or Keras's SGD with momentum, excluding the same variables from weight decay
-        (LARS's default rule: batch-norm parameters and biases)."""
+        (by default MLPerf's: batch-norm parameters and biases, also left unadapted)."""
         settings, optimizer = phase.settings, self.config.optimizer
         schedule = LarsMLPerfSchedule(
             peak_learning_rate=settings.peak_learning_rate,
@@ -78,12 +78,15 @@ class ImageClassification(Recipe):
         hyperparameters = dict(momentum=optimizer.momentum, nesterov=optimizer.nesterov)
         if optimizer.name == "lars":
             hyperparameters.update(
-                trust_coefficient=optimizer.trust_coefficient, epsilon=optimizer.epsilon
+                trust_coefficient=optimizer.trust_coefficient,
+                epsilon=optimizer.epsilon,
+                exclude_from_layer_adaptation=list(optimizer.exclude_from_layer_adaptation),
             )
         return create_optimizer(
             optimizer.name,
             schedule,
             weight_decay=optimizer.weight_decay,
+            exclude_from_weight_decay=list(optimizer.exclude_from_weight_decay),
             variables=model.trainable_variables,
             gradient_accumulation_steps=phase.gradient_accumulation_steps,
             record_trust_ratio=True,

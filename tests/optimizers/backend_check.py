@@ -61,7 +61,6 @@ def main():
             lr=1e-2,
             wd=0.01,
             decay_mask=test_lamb.DEFAULT_MASK,
-            adapt_mask=test_lamb.DEFAULT_MASK,
         )
         errors[f"LAMB/accumulation/{mode}"] = _tolerance_used(actual, expected)
         for name in sorted(skip_cases.CASES):

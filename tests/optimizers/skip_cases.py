@@ -13,7 +13,7 @@ CASES = {
     "LAMB": (
         lambda **kw: LAMB(learning_rate=1e-2, weight_decay=0.01, **kw),
         lambda weights, steps: reference.lamb(
-            weights, steps, lr=1e-2, wd=0.01, decay_mask=DEFAULT_MASK, adapt_mask=DEFAULT_MASK
+            weights, steps, lr=1e-2, wd=0.01, decay_mask=DEFAULT_MASK
         ),
     ),
     "LARS": (
@@ -25,7 +25,6 @@ CASES = {
             eta=0.1,
             wd=1e-2,
             decay_mask=DEFAULT_MASK,
-            adapt_mask=DEFAULT_MASK,
         ),
     ),
 }

@@ -25,8 +25,8 @@ def test_reference_cases_on_other_backends(backend):
     result = _run_on(backend, "-m", "tests.optimizers.backend_check")
     assert result.returncode == 0, result.stderr[-4000:]
     errors = json.loads(result.stdout.strip().splitlines()[-1])
-    # Per mode: 7 LAMB and 7 LARS cases, accumulation, 4 skip_non_finite_steps cases.
-    expected_cases = 2 * (7 + 7 + 1 + 4) if backend == "jax" else 7 + 7 + 1 + 4
+    # Per mode: 8 LAMB and 7 LARS cases, accumulation, 4 skip_non_finite_steps cases.
+    expected_cases = 2 * (8 + 7 + 1 + 4) if backend == "jax" else 8 + 7 + 1 + 4
     assert len(errors) == expected_cases
     worst = {case: used for case, used in errors.items() if used >= 1.0}
     assert not worst, worst

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from keras_largebatch import LAMB, LARS
+from keras_largebatch.optimizers import biases_and_norms
 
 
 @pytest.mark.parametrize("optimizer_class", [LAMB, LARS])
@@ -35,7 +36,11 @@ def test_a_keras_lamb_config_reads_as_keras_lamb_behaves():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         again = LAMB.from_config(LAMB(weight_decay=0.01).get_config())
-    assert not again.adapts(bias) and not again.decays(bias)
+        unadapted = LAMB.from_config(
+            LAMB(weight_decay=0.01, exclude_from_layer_adaptation=biases_and_norms).get_config()
+        )
+    assert again.adapts(bias) and not again.decays(bias)
+    assert not unadapted.adapts(bias) and not unadapted.decays(bias)
 
 
 def _norm_ratio_after_zero_gradients(optimizer, steps=100):

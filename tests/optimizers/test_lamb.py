@@ -3,19 +3,25 @@ import numpy as np
 import pytest
 
 from keras_largebatch import LAMB
+from keras_largebatch.optimizers import biases_and_norms
 from tests.optimizers import reference
 from tests.optimizers.runner import assert_close, run_optimizer
 
-# Rank-0/1 variables in reference.SHAPES are (7,) and (): excluded by the default rule.
+# Rank-0/1 variables in reference.SHAPES are (7,) and (): excluded from weight decay by
+# default, and from adaptation by `biases_and_norms`.
 DEFAULT_MASK = [True, False, True, False]
 
 CASES = {
     "defaults": (
         dict(learning_rate=1e-2),
-        dict(lr=1e-2, decay_mask=DEFAULT_MASK, adapt_mask=DEFAULT_MASK),
+        dict(lr=1e-2, decay_mask=DEFAULT_MASK),
     ),
     "weight_decay": (
         dict(learning_rate=1e-2, weight_decay=0.1),
+        dict(lr=1e-2, wd=0.1, decay_mask=DEFAULT_MASK),
+    ),
+    "biases_and_norms_unadapted": (
+        dict(learning_rate=1e-2, weight_decay=0.1, exclude_from_layer_adaptation=biases_and_norms),
         dict(lr=1e-2, wd=0.1, decay_mask=DEFAULT_MASK, adapt_mask=DEFAULT_MASK),
     ),
     "adapt_everything": (
@@ -113,7 +119,13 @@ def test_zero_weights_and_zero_gradients_use_trust_ratio_one():
 def test_extreme_gradients_stay_finite(scale):
     weights, gradient_steps = reference.make_problem(steps=4, seed=3, gradient_scale=scale)
     actual, ratios = run_optimizer(
-        LAMB(learning_rate=1e-2, weight_decay=0.01, record_trust_ratio=True),
+        LAMB(
+            learning_rate=1e-2,
+            weight_decay=0.01,
+            record_trust_ratio=True,
+            # Unadapted, the vectors take the Adam step whatever the scale of their gradients.
+            exclude_from_layer_adaptation=biases_and_norms,
+        ),
         weights,
         gradient_steps,
     )
@@ -147,7 +159,6 @@ def test_learning_rate_schedule_sees_optimizer_steps():
         weights,
         gradient_steps,
         decay_mask=DEFAULT_MASK,
-        adapt_mask=DEFAULT_MASK,
         lr_at_step=lambda step: (1e-2 - 1e-3) * (1 - step / 10) + 1e-3,
     )
     assert_close(actual, expected)
@@ -181,7 +192,6 @@ def test_accumulation_equals_one_large_batch():
         wd=0.01,
         global_clipnorm=2.0,
         decay_mask=DEFAULT_MASK,
-        adapt_mask=DEFAULT_MASK,
         lr_at_step=lambda step: (1e-2 - 1e-3) * (1 - step / 4) + 1e-3,
     )
     assert_close(actual, expected)

@@ -3,6 +3,7 @@ import numpy as np
 import pytest
 
 from keras_largebatch import LARS
+from keras_largebatch.optimizers import biases_and_norms
 from tests.optimizers import reference
 from tests.optimizers.runner import assert_close, run_optimizer
 
@@ -13,10 +14,16 @@ ALL = dict(exclude_from_weight_decay=[], exclude_from_layer_adaptation=[])
 CASES = {
     "defaults": (
         dict(learning_rate=0.5),
-        dict(lr=0.5, decay_mask=DEFAULT_MASK, adapt_mask=DEFAULT_MASK),
+        dict(lr=0.5, decay_mask=DEFAULT_MASK),
     ),
     "mlperf": (
-        dict(learning_rate=2.0, momentum=0.94, trust_coefficient=0.02, weight_decay=2.5e-2),
+        dict(
+            learning_rate=2.0,
+            momentum=0.94,
+            trust_coefficient=0.02,
+            weight_decay=2.5e-2,
+            exclude_from_layer_adaptation=biases_and_norms,
+        ),
         dict(
             lr=2.0,
             momentum=0.94,
@@ -101,9 +108,7 @@ def test_huge_gradients_match_the_reference():
     optimizer = LARS(learning_rate=1.0, weight_decay=1e-4, record_trust_ratio=True)
     actual, ratios = run_optimizer(optimizer, weights, gradient_steps)
     assert np.isfinite(ratios).all()
-    expected, _ = reference.lars(
-        weights, gradient_steps, lr=1.0, wd=1e-4, decay_mask=DEFAULT_MASK, adapt_mask=DEFAULT_MASK
-    )
+    expected, _ = reference.lars(weights, gradient_steps, lr=1.0, wd=1e-4, decay_mask=DEFAULT_MASK)
     assert_close(actual, expected, rtol=1e-4)
 
 
@@ -137,7 +142,11 @@ def test_learning_rate_of_each_step_enters_the_velocity(compile_mode):
     schedule = keras.optimizers.schedules.PiecewiseConstantDecay([2, 4], [2.0, 0.5, 0.0])
     weights, gradient_steps = reference.make_problem(steps=7, seed=15)
     optimizer = LARS(
-        learning_rate=schedule, trust_coefficient=0.02, weight_decay=1e-2, record_trust_ratio=True
+        learning_rate=schedule,
+        trust_coefficient=0.02,
+        weight_decay=1e-2,
+        record_trust_ratio=True,
+        exclude_from_layer_adaptation=biases_and_norms,
     )
     actual, ratios = run_optimizer(optimizer, weights, gradient_steps, compile_mode)
     settings = dict(
@@ -204,6 +213,7 @@ def test_velocities_are_public_in_variable_order():
     assert optimizer.velocities == []
     optimizer.build(variables)
     optimizer.apply([np.ones((2, 2), np.float32), np.full((3,), 2.0, np.float32)], variables)
-    # a is adapted, trust = 0.001 * ||w|| / ||g|| = 0.001; b (rank 1) is excluded.
+    # trust = 0.001 * ||w|| / ||g||: 0.001 for a (v = -0.1 * 0.001 * 1), 0.0005 for b
+    # (v = -0.1 * 0.0005 * 2).
     np.testing.assert_allclose(optimizer.velocities[0].numpy(), np.full((2, 2), -1e-4), rtol=1e-5)
-    np.testing.assert_allclose(optimizer.velocities[1].numpy(), np.full((3,), -0.2), rtol=1e-6)
+    np.testing.assert_allclose(optimizer.velocities[1].numpy(), np.full((3,), -1e-4), rtol=1e-5)

@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 
 from keras_largebatch import LAMB, LARS
-from keras_largebatch.optimizers.trust_ratio import ExclusionRule, trust_ratio
+from keras_largebatch.optimizers.trust_ratio import ExclusionRule, biases_and_norms, trust_ratio
 
 
 @pytest.mark.parametrize(
@@ -47,15 +47,19 @@ def _adapted_and_decayed(optimizer, model):
     return decayed
 
 
-def test_default_rule_on_a_real_model():
+def test_default_rules_and_biases_and_norms_on_a_real_model():
     model = _model()
     paths = {v.path for v in model.trainable_variables}
     matrices = {"embedding/embeddings", "dense/kernel", "head/kernel"}
     assert matrices < paths
-    decayed = _adapted_and_decayed(LAMB(learning_rate=0.1, weight_decay=0.5), model)
-    assert decayed == matrices
+    # By default the matrices alone decay, and every variable is adapted.
+    default = LAMB(learning_rate=0.1, weight_decay=0.5)
+    assert _adapted_and_decayed(default, model) == matrices
+    assert all(default.adapts(v) for v in model.trainable_variables)
 
-    optimizer = LAMB(learning_rate=0.1, record_trust_ratio=True)
+    optimizer = LAMB(
+        learning_rate=0.1, record_trust_ratio=True, exclude_from_layer_adaptation=biases_and_norms
+    )
     model = _model()
     model.compile(optimizer, "mse")
     model.fit(np.random.randint(0, 11, (8, 5)), np.random.rand(8, 2), verbose=0, batch_size=8)
@@ -142,7 +146,7 @@ def test_patterns_match_keras_hub_bert_paths():
     assert not any("layer_norm" in v.name for v in variables)
 
 
-def test_default_rule_excludes_every_bias_of_a_keras_hub_bert():
+def test_biases_and_norms_excludes_every_bias_of_a_keras_hub_bert():
     # keras-hub's EinsumDense query/key/value biases are rank 2: a rank rule alone would decay
     # and adapt them, unlike google-research/bert, NVIDIA and TF Model Garden.
     from tests.optimizers import reference
@@ -162,7 +166,12 @@ def test_default_rule_excludes_every_bias_of_a_keras_hub_bert():
 
     weights = [v.numpy().copy() for v in variables]
     grads = [rng.normal(size=v.shape).astype(np.float32) for v in variables]
-    optimizer = LAMB(learning_rate=0.1, weight_decay=0.5, record_trust_ratio=True)
+    optimizer = LAMB(
+        learning_rate=0.1,
+        weight_decay=0.5,
+        record_trust_ratio=True,
+        exclude_from_layer_adaptation=biases_and_norms,
+    )
     optimizer.build(variables)
     optimizer.apply([keras.ops.convert_to_tensor(g) for g in grads], variables)
 

@@ -105,9 +105,9 @@ def test_adapts_answers_for_every_optimizer():
         "keras_lamb": {v.path for v in variables},
         "sgd": set(),
         "adamw": set(),
-        # Ours: the default rule leaves ranks 0 and 1 out.
-        "lamb": {v.path for v in variables if len(v.shape) >= 2},
-        "lars": {v.path for v in variables if len(v.shape) >= 2},
+        # Ours adapt every variable by default, as Keras's Lamb.
+        "lamb": {v.path for v in variables},
+        "lars": {v.path for v in variables},
     }
     for name, adapted in expected.items():
         optimizer = create_optimizer(name, 0.1, weight_decay=0.01, variables=variables)

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from keras_largebatch import vision as train_lib
+from keras_largebatch.optimizers import biases_and_norms
 from keras_largebatch.training.optimizer_factory import decays
 from keras_largebatch.training.plan import plan_run
 from keras_largebatch.vision import __main__ as train_command
@@ -295,6 +296,9 @@ def test_lars_and_sgd_leave_batch_norm_and_biases_undecayed(records):
     lars.build(model.trainable_variables)
     assert {v.path for v in model.trainable_variables if not lars.decays(v)} == undecayed
     assert {v.path for v in model.trainable_variables if not lars.adapts(v)} == undecayed
+    # The config's regular expressions pick what `biases_and_norms` picks, as before they were
+    # spelled out (LARS then excluded them by default).
+    assert undecayed == {v.path for v in model.trainable_variables if biases_and_norms(v)}
 
 
 @pytest.mark.parametrize(
