@@ -56,8 +56,18 @@ SMOKE = {
             for name in names
         ]
         + [
+            f"tensorflow/smoke/streams/{k}/{name}"
+            for k in ("no_accumulation", "accumulation_2", "accumulation_2_accumulate_only")
+            for name in ("LAMB", "LARS", "keras_AdamW", "keras_SGD_momentum", "keras_Lamb")
+        ]
+        + [
             "jax/smoke/collectives/all_reduces_per_optimizer_step",
             "jax/smoke/collectives/bytes_per_optimizer_step",
+        ]
+        + [
+            f"tensorflow/smoke/collectives/{name}/{key}"
+            for name in ("LAMB", "LARS")
+            for key in ("all_reduces_per_optimizer_step", "bytes_per_optimizer_step")
         ],
     ),
     "distributed_step.py": (
@@ -112,7 +122,7 @@ SMOKE = {
         ],
     ),
 }
-# Two queues of about equal length (62 and 63 s alone on 2 cores, plus about 20 s for
+# Two queues of about equal length (62 and 63 s alone on 2 cores, plus about 25 s for
 # compiled_step.py); the BERT input benchmarks share one, in this order.
 QUEUES = (
     ["input_pipeline.py", "pretraining.py", "resume.py", "image_training.py"],
@@ -168,3 +178,18 @@ def test_the_benchmark_prints_its_figures(outputs, script):
     assert not missing, (missing, sorted(figures))
     bad = {key: value for key, value in figures.items() if not (math.isfinite(value) and value > 0)}
     assert not bad, bad
+
+
+def test_tensorflow_accumulation_reduces_the_gradients_once_per_optimizer_step(outputs):
+    # Replica-local accumulators: on 2 mirrored replicas with 4-step accumulation, each
+    # micro-batch all-reduces one float (whether it is finite everywhere) and the update step
+    # all-reduces the accumulated gradients once.
+    collectives = json.loads(outputs["compiled_step.py"].stdout)["tensorflow"]["smoke"][
+        "collectives"
+    ]
+    for name in ("LAMB", "LARS"):
+        assert collectives[name]["all_reduces_on_update_step"] == 1
+        assert collectives[name]["all_reduces_per_optimizer_step"] == 5
+        assert (
+            collectives[name]["bytes_per_optimizer_step"] == collectives["gradient_bytes"] + 4 * 4
+        )
