@@ -1,6 +1,6 @@
 """What one optimizer step costs, read from the compiled program instead of the clock.
 
-    python benchmarks/compiled_step.py [--smoke]
+    python benchmarks/compiled_step.py [--smoke] [--models bert_base resnet50] [--on-device]
 
 For each optimizer, one jitted `stateless_apply` (state and weights donated, as Keras's JAX
 trainer does) is compiled on JAX for every variable of a model's shapes, and XLA's cost
@@ -31,8 +31,10 @@ the update step.
 
 Shapes: BERT-base (110M parameters) and ResNet-50 (25.6M), ``--smoke`` a small model. Each
 model runs in its own subprocess. Figures are for the CPU compiler; on a GPU or TPU the
-fusion decisions, and so the bytes, can differ (benchmarks/device_check.py measures there).
-Prints one JSON object.
+fusion decisions, and so the bytes, can differ: ``--on-device`` compiles the streams' steps for
+the accelerator at hand instead (JAX: a GPU or TPU; TensorFlow: a GPU), as
+benchmarks/device_check.py does; the collectives stay on 2 host devices. Each report names the
+platform it was compiled for. Prints one JSON object.
 """
 
 import argparse
@@ -141,7 +143,9 @@ def streams(model):
 
     shapes = MODELS[model]()
     parameters = int(sum(np.prod(s) for s in shapes))
-    report = {"parameters": parameters, "streams": {}}
+    import jax
+
+    report = {"parameters": parameters, "platform": jax.devices()[0].platform, "streams": {}}
     for name, make in optimizers().items():
         for k in (None, 2):
             if name.startswith("optax"):
@@ -299,7 +303,12 @@ def tf_streams(model):
 
     shapes = MODELS[model]()
     parameters = int(sum(np.prod(s) for s in shapes))
-    report = {"parameters": parameters, "bytes": "counted in the optimized HLO", "streams": {}}
+    report = {
+        "parameters": parameters,
+        "platform": "gpu" if tf.config.list_physical_devices("GPU") else "cpu",
+        "bytes": "counted in the optimized HLO",
+        "streams": {},
+    }
     grads = [tf.ones(s, "float32") for s in shapes]
     for name, make in optimizers().items():
         if name.startswith("optax"):
@@ -425,10 +434,13 @@ def _child(args):
     print(json.dumps(result))
 
 
-def _run_child(part, model, backend="jax"):
-    env = dict(os.environ, KERAS_BACKEND=backend, JAX_PLATFORMS="cpu", TF_CPP_MIN_LOG_LEVEL="2")
-    if backend == "tensorflow":
-        env["CUDA_VISIBLE_DEVICES"] = ""
+def _run_child(part, model, backend="jax", on_device=False):
+    env = dict(os.environ, KERAS_BACKEND=backend, TF_CPP_MIN_LOG_LEVEL="2")
+    if not on_device or part == "collectives":
+        # The collectives need 2 devices: 2 host CPU devices stand in for them.
+        env.update(JAX_PLATFORMS="cpu")
+        if backend == "tensorflow":
+            env["CUDA_VISIBLE_DEVICES"] = ""
     if part == "collectives" and backend == "jax":
         env["XLA_FLAGS"] = (
             env.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=2"
@@ -448,6 +460,18 @@ def _run_child(part, model, backend="jax"):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--smoke", action="store_true", help="a small model only")
+    parser.add_argument(
+        "--models",
+        nargs="+",
+        choices=sorted(MODELS),
+        help="the shapes (default: bert_base resnet50; smoke with --smoke)",
+    )
+    parser.add_argument(
+        "--on-device",
+        action="store_true",
+        help="compile the streams' steps for the accelerator at hand instead of the CPU",
+    )
+    parser.add_argument("--no-collectives", action="store_true", help="the streams only")
     parser.add_argument("--child", choices=["streams", "collectives"], help=argparse.SUPPRESS)
     parser.add_argument("--model", choices=sorted(MODELS), help=argparse.SUPPRESS)
     parser.add_argument("--backend", default="jax", help=argparse.SUPPRESS)
@@ -455,12 +479,13 @@ def main():
     if args.child:
         _child(args)
         return
-    models = ["smoke"] if args.smoke else ["bert_base", "resnet50"]
+    models = args.models or (["smoke"] if args.smoke else ["bert_base", "resnet50"])
     report = {"floors": FLOORS, "jax": {}, "tensorflow": {}}
     for backend in ("jax", "tensorflow"):
         for model in models:
-            report[backend][model] = _run_child("streams", model, backend)
-            report[backend][model]["collectives"] = _run_child("collectives", model, backend)
+            report[backend][model] = _run_child("streams", model, backend, args.on_device)
+            if not args.no_collectives:
+                report[backend][model]["collectives"] = _run_child("collectives", model, backend)
     print(json.dumps(report, indent=1))
 
 

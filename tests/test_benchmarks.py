@@ -70,6 +70,27 @@ SMOKE = {
             for key in ("all_reduces_per_optimizer_step", "bytes_per_optimizer_step")
         ],
     ),
+    "device_check.py": (
+        ["--smoke"],
+        [
+            *(
+                f"reference/{backend}/errors/{name}/{mode}"
+                for backend in ("tensorflow", "jax")
+                for name in ("LAMB", "LARS")
+                for mode in ("eager", "xla")
+            ),
+            *(
+                f"pretraining/{backend}/{key}"
+                for backend in ("tensorflow", "jax")
+                for key in ("examples_per_second/LAMB", "examples_per_second/AdamW")
+            ),
+            "step_time/bert_tiny/xla/ratio_to_AdamW/LAMB",
+            "step_time/resnet_small/xla/ratio_to_SGD_momentum/LARS",
+            "compiled_step/jax/smoke/streams/no_accumulation/LAMB",
+            "compiled_step/tensorflow/smoke/streams/no_accumulation/LARS",
+            "seconds",
+        ],
+    ),
     "distributed_step.py": (
         ["--size", "tiny", "--global-batch-size", "4", "--steps", "1", "--repeats", "1"],
         [
@@ -123,9 +144,10 @@ SMOKE = {
     ),
 }
 # Two queues of about equal length (62 and 63 s alone on 2 cores, plus about 25 s for
-# compiled_step.py); the BERT input benchmarks share one, in this order.
+# compiled_step.py in the second and about 45 s for device_check.py in the first); the BERT
+# input benchmarks share one, in this order.
 QUEUES = (
-    ["input_pipeline.py", "pretraining.py", "resume.py", "image_training.py"],
+    ["input_pipeline.py", "pretraining.py", "resume.py", "image_training.py", "device_check.py"],
     ["distributed_step.py", "optimizer_step.py", "gradient_noise_scale.py", "compiled_step.py"]
     + ["adaptation_rule.py"],
 )
@@ -193,3 +215,26 @@ def test_tensorflow_accumulation_reduces_the_gradients_once_per_optimizer_step(o
         assert (
             collectives[name]["bytes_per_optimizer_step"] == collectives["gradient_bytes"] + 4 * 4
         )
+
+
+def test_the_device_check_passes_its_reference_check_on_both_backends(outputs):
+    report = json.loads(outputs["device_check.py"].stdout)
+    assert report["smoke"] is True
+    for backend in ("tensorflow", "jax"):
+        assert report["reference"][backend]["passed"] is True, report["reference"][backend]
+        assert report["pretraining"][backend]["dtype_policy"] == "mixed_bfloat16"
+    assert "error" not in report["step_time"] and "error" not in report["compiled_step"]
+
+
+def test_the_device_check_never_overwrites_its_output(tmp_path):
+    existing = tmp_path / "report.json"
+    existing.write_text("keep me")
+    result = subprocess.run(
+        [sys.executable, str(BENCHMARKS / "device_check.py"), "--output", str(existing)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 2
+    assert "--output" in result.stderr and "exists" in result.stderr
+    assert existing.read_text() == "keep me"
