@@ -17,7 +17,9 @@ seconds it took; at full size it runs in under 8 minutes on one accelerator:
   streams of one optimizer step on BERT-base shapes as the accelerator's compiler builds it.
 
 Each backend runs in its own subprocess (Keras fixes its backend per process). ``device`` names
-what each backend found. ``--smoke`` runs the same checks at toy size, on a CPU in about a minute.
+what each backend found: TensorFlow uses a GPU when one is visible, and the host CPU on a TPU VM
+(it reaches a TPU only through `TPUStrategy`). ``--smoke`` runs the same checks at toy size, on
+a CPU in about a minute.
 """
 
 import argparse
