@@ -65,8 +65,39 @@ SMOKE = {
             for name in names
         ]
         + [
+            f"tensorflow/smoke/streams/{k}/{name}"
+            for k in ("no_accumulation", "accumulation_2", "accumulation_2_accumulate_only")
+            for name in ("LAMB", "LARS", "keras_AdamW", "keras_SGD_momentum", "keras_Lamb")
+        ]
+        + [
             "jax/smoke/collectives/all_reduces_per_optimizer_step",
             "jax/smoke/collectives/bytes_per_optimizer_step",
+        ]
+        + [
+            f"tensorflow/smoke/collectives/{name}/{key}"
+            for name in ("LAMB", "LARS")
+            for key in ("all_reduces_per_optimizer_step", "bytes_per_optimizer_step")
+        ],
+    ),
+    "device_check.py": (
+        ["--smoke"],
+        [
+            *(
+                f"reference/{backend}/errors/{name}/{mode}"
+                for backend in ("tensorflow", "jax")
+                for name in ("LAMB", "LARS")
+                for mode in ("eager", "xla")
+            ),
+            *(
+                f"pretraining/{backend}/{key}"
+                for backend in ("tensorflow", "jax")
+                for key in ("examples_per_second/LAMB", "examples_per_second/AdamW")
+            ),
+            "step_time/bert_tiny/xla/ratio_to_AdamW/LAMB",
+            "step_time/resnet_small/xla/ratio_to_SGD_momentum/LARS",
+            "compiled_step/jax/smoke/streams/no_accumulation/LAMB",
+            "compiled_step/tensorflow/smoke/streams/no_accumulation/LARS",
+            "seconds",
         ],
     ),
     "distributed_step.py": (
@@ -121,10 +152,11 @@ SMOKE = {
         ],
     ),
 }
-# Two queues of about equal length (62 and 63 s alone on 2 cores, plus about 20 s for
-# compiled_step.py); the BERT input benchmarks share one, in this order.
+# Two queues of about equal length (62 and 63 s alone on 2 cores, plus about 25 s for
+# compiled_step.py in the second and about 45 s for device_check.py in the first); the BERT
+# input benchmarks share one, in this order.
 QUEUES = (
-    ["input_pipeline.py", "pretraining.py", "resume.py", "image_training.py"],
+    ["input_pipeline.py", "pretraining.py", "resume.py", "image_training.py", "device_check.py"],
     ["distributed_step.py", "optimizer_step.py", "gradient_noise_scale.py", "compiled_step.py"]
     + ["adaptation_rule.py"],
 )
@@ -177,3 +209,41 @@ def test_the_benchmark_prints_its_figures(outputs, script):
     assert not missing, (missing, sorted(figures))
     bad = {key: value for key, value in figures.items() if not (math.isfinite(value) and value > 0)}
     assert not bad, bad
+
+
+def test_tensorflow_accumulation_reduces_the_gradients_once_per_optimizer_step(outputs):
+    # Replica-local accumulators: on 2 mirrored replicas with 4-step accumulation, each
+    # micro-batch all-reduces one float (whether it is finite everywhere) and the update step
+    # all-reduces the accumulated gradients once.
+    collectives = json.loads(outputs["compiled_step.py"].stdout)["tensorflow"]["smoke"][
+        "collectives"
+    ]
+    for name in ("LAMB", "LARS"):
+        assert collectives[name]["all_reduces_on_update_step"] == 1
+        assert collectives[name]["all_reduces_per_optimizer_step"] == 5
+        assert (
+            collectives[name]["bytes_per_optimizer_step"] == collectives["gradient_bytes"] + 4 * 4
+        )
+
+
+def test_the_device_check_passes_its_reference_check_on_both_backends(outputs):
+    report = json.loads(outputs["device_check.py"].stdout)
+    assert report["smoke"] is True
+    for backend in ("tensorflow", "jax"):
+        assert report["reference"][backend]["passed"] is True, report["reference"][backend]
+        assert report["pretraining"][backend]["dtype_policy"] == "mixed_bfloat16"
+    assert "error" not in report["step_time"] and "error" not in report["compiled_step"]
+
+
+def test_the_device_check_never_overwrites_its_output(tmp_path):
+    existing = tmp_path / "report.json"
+    existing.write_text("keep me")
+    result = subprocess.run(
+        [sys.executable, str(BENCHMARKS / "device_check.py"), "--output", str(existing)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 2
+    assert "--output" in result.stderr and "exists" in result.stderr
+    assert existing.read_text() == "keep me"

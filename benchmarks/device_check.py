@@ -1,0 +1,346 @@
+"""One command for a GPU or TPU: correctness, step times, throughput and compiled cost there.
+
+    python benchmarks/device_check.py [--output report.json] [--smoke]
+
+Writes one JSON report (to ``--output``, default stdout) with a section per check, each with the
+seconds it took; at full size it runs in under 8 minutes on one accelerator:
+
+- ``reference``: LAMB and LARS (every variable decayed and adapted) run 3 steps on the device,
+  eagerly and compiled with XLA, on TensorFlow and on JAX, against a float64 NumPy transcription
+  of their equations (below); ``passed`` when every weight is within rtol 1e-5, atol 1e-6.
+- ``step_time``: `benchmarks/optimizer_step.py` on BERT-base and ResNet-50 shapes (TensorFlow,
+  XLA on and off): LAMB / AdamW and LARS / SGD-momentum, timed side by side in one run.
+- ``pretraining``: the pretraining recipe's BERT (base; ``--smoke``: tiny) in ``mixed_bfloat16``,
+  `model.fit` on synthetic batches at sequence length 128, examples per second with LAMB and with
+  Keras's AdamW in alternating rounds, on TensorFlow and on JAX.
+- ``compiled_step``: `benchmarks/compiled_step.py --on-device --no-collectives`, the float32
+  streams of one optimizer step on BERT-base shapes as the accelerator's compiler builds it.
+
+Each backend runs in its own subprocess (Keras fixes its backend per process). ``device`` names
+what each backend found: TensorFlow uses a GPU when one is visible, and the host CPU on a TPU VM
+(it reaches a TPU only through `TPUStrategy`). ``--smoke`` runs the same checks at toy size, on
+a CPU in about a minute.
+"""
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+BACKENDS = ("tensorflow", "jax")
+SHAPES = [(32, 16), (16,), (4, 6, 3)]
+STEPS = 3
+LAMB_ARGS = dict(learning_rate=1e-2, beta_1=0.9, beta_2=0.999, epsilon=1e-6, weight_decay=0.01)
+LARS_ARGS = dict(
+    learning_rate=0.5, momentum=0.9, trust_coefficient=0.001, epsilon=0.0, weight_decay=1e-4
+)
+
+
+# --- The NumPy transcription (float64), from the papers' equations -------------------------
+# LAMB: You et al. 2020, arXiv:1904.00962, Algorithm 2 (bias-corrected Adam direction plus
+# decoupled decay, scaled by ||w|| / ||update||). LARS: You, Gitman, Ginsburg 2017,
+# arXiv:1708.03888, in the MLPerf ResNet-50 form (trust ratio eta ||w|| / (||g|| + wd ||w||),
+# applied inside the momentum).
+
+
+def numpy_lamb(weights, gradient_steps, learning_rate, beta_1, beta_2, epsilon, weight_decay):
+    import numpy as np
+
+    w = [np.asarray(x, np.float64) for x in weights]
+    m = [np.zeros_like(x) for x in w]
+    v = [np.zeros_like(x) for x in w]
+    for t, grads in enumerate(gradient_steps, start=1):
+        for i, g in enumerate(np.asarray(x, np.float64) for x in grads):
+            m[i] = beta_1 * m[i] + (1 - beta_1) * g
+            v[i] = beta_2 * v[i] + (1 - beta_2) * g * g
+            direction = (m[i] / (1 - beta_1**t)) / (np.sqrt(v[i] / (1 - beta_2**t)) + epsilon)
+            update = direction + weight_decay * w[i]
+            w_norm, u_norm = np.linalg.norm(w[i]), np.linalg.norm(update)
+            trust = w_norm / u_norm if w_norm > 0 and u_norm > 0 else 1.0
+            w[i] = w[i] - learning_rate * trust * update
+    return w
+
+
+def numpy_lars(
+    weights, gradient_steps, learning_rate, momentum, trust_coefficient, epsilon, weight_decay
+):
+    import numpy as np
+
+    w = [np.asarray(x, np.float64) for x in weights]
+    velocity = [np.zeros_like(x) for x in w]
+    for grads in gradient_steps:
+        for i, g in enumerate(np.asarray(x, np.float64) for x in grads):
+            w_norm, g_norm = np.linalg.norm(w[i]), np.linalg.norm(g)
+            trust = 1.0
+            if w_norm > 0 and g_norm > 0:
+                trust = trust_coefficient * w_norm / (g_norm + weight_decay * w_norm + epsilon)
+            velocity[i] = momentum * velocity[i] + learning_rate * trust * (g + weight_decay * w[i])
+            w[i] = w[i] - velocity[i]
+    return w
+
+
+# --- Children: one backend per process --------------------------------------------------------
+
+
+def _device_name():
+    import keras
+
+    if keras.backend.backend() == "jax":
+        import jax
+
+        device = jax.devices()[0]
+        return {
+            "platform": device.platform,
+            "kind": device.device_kind,
+            "count": jax.device_count(),
+        }
+    import tensorflow as tf
+
+    gpus = tf.config.list_physical_devices("GPU")
+    return {"platform": "gpu" if gpus else "cpu", "count": len(gpus) or 1}
+
+
+def reference_check():
+    """Each optimizer, eager and under XLA, against the transcription: the largest
+    |actual - expected| / (1e-6 + 1e-5 |expected|) (below 1 passes)."""
+    import keras
+    import numpy as np
+
+    from keras_largebatch import LAMB, LARS
+
+    rng = np.random.default_rng(0)
+    weights = [rng.normal(size=s).astype("float32") for s in SHAPES]
+    gradient_steps = [[rng.normal(size=s).astype("float32") for s in SHAPES] for _ in range(STEPS)]
+    exclusions = dict(exclude_from_weight_decay=[], exclude_from_layer_adaptation=[])
+    cases = {
+        "LAMB": (LAMB, LAMB_ARGS, numpy_lamb),
+        "LARS": (LARS, LARS_ARGS, numpy_lars),
+    }
+    report = {"device": _device_name(), "errors": {}}
+    for name, (optimizer_class, arguments, reference) in cases.items():
+        expected = reference(weights, gradient_steps, **arguments)
+        for mode in ("eager", "xla"):
+            variables = [keras.Variable(w, name=f"w{i}") for i, w in enumerate(weights)]
+            optimizer = optimizer_class(**arguments, **exclusions)
+            optimizer.build(variables)
+            if mode == "xla":
+                apply = _compiled_apply(optimizer, variables)
+            else:
+                apply = lambda grads: optimizer.apply(grads, variables)  # noqa: B023, E731
+            for grads in gradient_steps:
+                apply([keras.ops.convert_to_tensor(g) for g in grads])
+            error = max(
+                float(
+                    np.max(
+                        np.abs(np.asarray(v.numpy(), np.float64) - e) / (1e-6 + 1e-5 * np.abs(e))
+                    )
+                )
+                for v, e in zip(variables, expected)
+            )
+            report["errors"][f"{name}/{mode}"] = error
+    report["passed"] = all(e < 1 for e in report["errors"].values())
+    return report
+
+
+def _compiled_apply(optimizer, variables):
+    """``optimizer.apply`` compiled with XLA: a `jit_compile` `tf.function`, or a `jax.jit`
+    of `stateless_apply` whose results are written back."""
+    import keras
+
+    if keras.backend.backend() == "tensorflow":
+        import tensorflow as tf
+
+        return tf.function(lambda grads: optimizer.apply(grads, variables), jit_compile=True)
+    import jax
+
+    step = jax.jit(optimizer.stateless_apply)
+
+    def apply(grads):
+        new_variables, new_state = step(
+            [v.value for v in optimizer.variables], grads, [v.value for v in variables]
+        )
+        for variable, value in zip(variables, new_variables):
+            variable.assign(value)
+        for variable, value in zip(optimizer.variables, new_state):
+            variable.assign(value)
+
+    return apply
+
+
+def pretraining_throughput(size, batch_size, seq_length, steps, rounds):
+    """Examples/s of `model.fit` on the recipe's BERT in mixed_bfloat16, LAMB against AdamW
+    (same weights, same batches), alternating rounds; the median round counts."""
+    import statistics
+
+    import keras
+    import numpy as np
+    import tensorflow as tf
+
+    from keras_largebatch import LAMB
+    from keras_largebatch.bert.pretraining.config import load_config
+    from keras_largebatch.bert.pretraining.recipe import build_model
+
+    vocabulary = 30522 if size != "tiny" else 1000
+    predictions = 20
+    config = load_config(
+        overrides=[
+            f"model.size={size}",
+            f"model.vocabulary_size={vocabulary}",
+            f"model.max_sequence_length={seq_length}",
+            "mixed_precision=mixed_bfloat16",
+        ]
+    )
+    rng = np.random.default_rng(0)
+    features = {
+        "token_ids": rng.integers(0, vocabulary, (batch_size, seq_length)),
+        "segment_ids": (np.arange(seq_length) >= seq_length // 2)[None].repeat(batch_size, 0),
+        "padding_mask": np.ones((batch_size, seq_length)),
+        "mask_positions": rng.integers(1, seq_length, (batch_size, predictions)),
+    }
+    features = {key: value.astype("int32") for key, value in features.items()}
+    labels = {
+        "masked_lm": rng.integers(0, vocabulary, (batch_size, predictions)).astype("int32"),
+        "next_sentence": rng.integers(0, 2, (batch_size,)).astype("int32"),
+    }
+    weights = {
+        "masked_lm": np.ones((batch_size, predictions), "float32"),
+        "next_sentence": np.ones((batch_size,), "float32"),
+    }
+    dataset = tf.data.Dataset.from_tensors((features, labels, weights)).repeat()
+    optimizers = {
+        "LAMB": lambda: LAMB(1e-4, weight_decay=0.01),
+        "AdamW": lambda: keras.optimizers.AdamW(1e-4, weight_decay=0.01),
+    }
+    models = {}
+    for name, make in optimizers.items():
+        keras.utils.set_random_seed(0)
+        model = build_model(config, vocabulary)
+        model.compile(optimizer=make())
+        # The first fit traces and compiles the train function; it is not timed.
+        model.fit(dataset, epochs=1, steps_per_epoch=2, verbose=0)
+        models[name] = model
+    rates = {name: [] for name in models}
+    for _ in range(rounds):
+        for name, model in models.items():
+            start = time.perf_counter()
+            model.fit(dataset, epochs=1, steps_per_epoch=steps, verbose=0)
+            rates[name].append(steps * batch_size / (time.perf_counter() - start))
+    medians = {name: statistics.median(values) for name, values in rates.items()}
+    return {
+        "device": _device_name(),
+        "model_size": size,
+        "parameters": int(models["LAMB"].count_params()),
+        "batch_size": batch_size,
+        "seq_length": seq_length,
+        "dtype_policy": "mixed_bfloat16",
+        "examples_per_second": medians,
+        "lamb_over_adamw": medians["LAMB"] / medians["AdamW"],
+    }
+
+
+# --- The parent ---------------------------------------------------------------------------------
+
+SIZES = {
+    # check -> (full size, smoke size)
+    "pretraining": (
+        dict(size="base", batch_size=32, seq_length=128, steps=10, rounds=3),
+        dict(size="tiny", batch_size=2, seq_length=128, steps=1, rounds=1),
+    ),
+    "step_time": (
+        ["--models", "bert_base", "resnet50", "--repeats", "5"],
+        ["--models", "bert_tiny", "resnet_small", "--repeats", "1"],
+    ),
+    "compiled_step": (
+        # Per parameter, ResNet-50's streams equal BERT-base's on the CPU; BERT-base alone
+        # keeps the check within its time.
+        ["--models", "bert_base"],
+        ["--models", "smoke"],
+    ),
+}
+
+
+def _run(command, backend, timeout):
+    env = dict(
+        os.environ,
+        KERAS_BACKEND=backend,
+        TF_CPP_MIN_LOG_LEVEL="2",
+        TF_FORCE_GPU_ALLOW_GROWTH="true",
+        XLA_PYTHON_CLIENT_PREALLOCATE="false",
+    )
+    result = subprocess.run(
+        [sys.executable, *command], env=env, capture_output=True, text=True, timeout=timeout
+    )
+    if result.returncode != 0:
+        return {"error": result.stderr[-2000:]}
+    return json.loads(result.stdout[result.stdout.index("{") :])
+
+
+def _timed(fn):
+    start = time.perf_counter()
+    report = fn()
+    report["seconds"] = round(time.perf_counter() - start, 1)
+    return report
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--output", help="where to write the JSON report (default: stdout)")
+    parser.add_argument("--smoke", action="store_true", help="toy sizes (a CPU, about a minute)")
+    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.output and os.path.exists(args.output):
+        parser.error(f"--output {args.output!r} exists; give a new path (nothing is overwritten)")
+    if args.child:
+        # One process per backend runs both of its checks.
+        print(
+            json.dumps(
+                {
+                    "reference": _timed(reference_check),
+                    "pretraining": _timed(
+                        lambda: pretraining_throughput(**SIZES["pretraining"][args.smoke])
+                    ),
+                }
+            )
+        )
+        return
+    size = int(args.smoke)
+    smoke = ["--smoke"] if args.smoke else []
+    report = {"smoke": args.smoke, "reference": {}, "pretraining": {}}
+    start = time.perf_counter()
+    for backend in BACKENDS:
+        result = _run([os.path.abspath(__file__), "--child", *smoke], backend, 900)
+        for check in ("reference", "pretraining"):
+            report[check][backend] = result.get(check, result)
+    report["step_time"] = _timed(
+        lambda: _run(
+            [os.path.join(HERE, "optimizer_step.py"), *SIZES["step_time"][size]], "tensorflow", 900
+        )
+    )
+    report["compiled_step"] = _timed(
+        lambda: _run(
+            [
+                os.path.join(HERE, "compiled_step.py"),
+                "--on-device",
+                "--no-collectives",
+                *SIZES["compiled_step"][size],
+            ],
+            "jax",
+            900,
+        )
+    )
+    report["seconds"] = round(time.perf_counter() - start, 1)
+    text = json.dumps(report, indent=1)
+    if args.output:
+        with open(args.output, "x") as file:
+            file.write(text + "\n")
+    else:
+        print(text)
+    if not all(report["reference"][b].get("passed") for b in BACKENDS):
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()
