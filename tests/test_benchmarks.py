@@ -80,7 +80,9 @@ SMOKE = {
         ],
     ),
     "device_check.py": (
-        ["--smoke"],
+        # Its step_time and compiled_step sections run optimizer_step.py and compiled_step.py,
+        # smoke-tested on their own here.
+        ["--smoke", "--sections", "reference", "pretraining"],
         [
             *(
                 f"reference/{backend}/errors/{name}/{mode}"
@@ -93,10 +95,6 @@ SMOKE = {
                 for backend in ("tensorflow", "jax")
                 for key in ("examples_per_second/LAMB", "examples_per_second/AdamW")
             ),
-            "step_time/bert_tiny/xla/ratio_to_AdamW/LAMB",
-            "step_time/resnet_small/xla/ratio_to_SGD_momentum/LARS",
-            "compiled_step/jax/smoke/streams/no_accumulation/LAMB",
-            "compiled_step/tensorflow/smoke/streams/no_accumulation/LARS",
             "seconds",
         ],
     ),
@@ -153,7 +151,7 @@ SMOKE = {
     ),
 }
 # Two queues of about equal length (62 and 63 s alone on 2 cores, plus about 25 s for
-# compiled_step.py in the second and about 45 s for device_check.py in the first); the BERT
+# compiled_step.py in the second and about 30 s for device_check.py in the first); the BERT
 # input benchmarks share one, in this order.
 QUEUES = (
     ["input_pipeline.py", "pretraining.py", "resume.py", "image_training.py", "device_check.py"],
@@ -232,7 +230,7 @@ def test_the_device_check_passes_its_reference_check_on_both_backends(outputs):
     for backend in ("tensorflow", "jax"):
         assert report["reference"][backend]["passed"] is True, report["reference"][backend]
         assert report["pretraining"][backend]["dtype_policy"] == "mixed_bfloat16"
-    assert "error" not in report["step_time"] and "error" not in report["compiled_step"]
+    assert "step_time" not in report and "compiled_step" not in report  # not asked for
 
 
 def test_the_device_check_never_overwrites_its_output(tmp_path):
