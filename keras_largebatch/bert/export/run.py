@@ -49,7 +49,8 @@ def read_pretraining_config(run_dir):
 
 
 def vocabulary_file(config):
-    """The vocabulary the run tokenized its text with: ``data.vocab_file``, else the one built
+    """The vocabulary the run tokenized its text with: ``data.vocab_file``, else its
+    ``model.preset``'s, else the one built
     for the default corpus's records of its first phase that read them (under
     ``OUTPUT_DIR/data``, where `keras_largebatch.bert.pretraining.recipe.prepare_data` creates
     them).
@@ -69,6 +70,11 @@ def vocabulary_file(config):
                 "relative path is read from the current directory)"
             )
         return config.data.vocab_file
+    if config.model.preset is not None:
+        # Pretraining checked that the records use the preset's vocabulary.
+        from keras_largebatch.bert.data import vocab as vocab_lib
+
+        return vocab_lib.preset_tokenization(config.model.preset)["vocab_file"]
     for phase in config.phases:
         if phase.input_files is None:
             path = os.path.join(phase.default_data_dir(config.output_dir), VOCABULARY_FILENAME)

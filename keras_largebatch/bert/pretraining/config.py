@@ -71,9 +71,10 @@ BERT_EXCLUSIONS = ("layer_norm", "bias")
 
 @dataclasses.dataclass
 class ModelConfig:
-    """The BERT model: a named size, optionally with single dimensions changed."""
+    """The BERT model: a named size, optionally with single dimensions changed, or the
+    architecture and weights of a keras-hub preset (continued pretraining)."""
 
-    size: str = "tiny"  # one of tiny, mini, small, medium, base, large (google-research/bert)
+    size: Optional[str] = None  # tiny ... large (google-research/bert); None: tiny, or the preset's
     vocabulary_size: Optional[int] = None  # None: the size of the data's vocabulary file
     num_layers: Optional[int] = None  # None: the size's number of transformer layers
     hidden_dim: Optional[int] = None  # None: the size's hidden width
@@ -81,10 +82,16 @@ class ModelConfig:
     intermediate_dim: Optional[int] = None  # None: 4 x hidden_dim
     dropout: float = 0.1  # dropout rate of the backbone
     max_sequence_length: Optional[int] = None  # position embeddings; None: longest phase
+    preset: Optional[str] = None  # keras-hub BERT preset dir: architecture and weights to start
+
+    def size_name(self):
+        """The named size the dimensions start from: ``size``, or tiny when it is None."""
+        return self.size or "tiny"
 
     def dimensions(self):
-        """``(num_layers, hidden_dim, num_heads, intermediate_dim)`` after the overrides."""
-        size = MODEL_SIZES[self.size]
+        """``(num_layers, hidden_dim, num_heads, intermediate_dim)`` after the overrides (of
+        the named size; a preset's are in its config, `recipe.preset_architecture`)."""
+        size = MODEL_SIZES[self.size_name()]
         num_layers = self.num_layers or size["num_layers"]
         hidden_dim = self.hidden_dim or size["hidden_dim"]
         num_heads = self.num_heads or size["num_heads"]
@@ -203,7 +210,13 @@ class PretrainConfig(training_config.RunConfig):
 
     def validate(self):
         """Checks values and relations between fields; raises naming the field. Returns self."""
-        _checks.check_choice("model.size", self.model.size, tuple(MODEL_SIZES))
+        if self.model.size is not None:
+            _checks.check_choice("model.size", self.model.size, tuple(MODEL_SIZES))
+        if self.model.preset is not None and "://" in str(self.model.preset):
+            raise ValueError(
+                f"model.preset must be a local directory (keras-hub reads presets with local "
+                f"file I/O here), got {self.model.preset!r}"
+            )
         _checks.check_choice("optimizer.name", self.optimizer.name, OPTIMIZER_NAMES)
         super().validate()
         for name in (
@@ -234,6 +247,13 @@ class PretrainConfig(training_config.RunConfig):
                     f"phases.{index}.input_files is null, so the default corpus's records would "
                     f"be created under output_dir {self.output_dir!r}, which must then be local; "
                     f"give phases.{index}.input_files for a remote output_dir"
+                )
+            if phase.input_files is None and self.model.preset is not None:
+                raise ValueError(
+                    f"phases.{index}.input_files is null with model.preset="
+                    f"{self.model.preset!r}: the default corpus builds its own vocabulary, "
+                    "and the preset's model needs records of its vocabulary (keras-largebatch-"
+                    "create-data --preset PRESET_DIR writes them); give input_files"
                 )
         longest = max(phase.seq_length for phase in self.phases)
         if self.model.max_sequence_length is not None and self.model.max_sequence_length < longest:
