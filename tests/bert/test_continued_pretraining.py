@@ -155,13 +155,18 @@ def _callback(on_begin=None, interrupt_after=None):
     return Callback()
 
 
-def test_run_starts_from_the_preset_on_two_replicas_and_resumes_from_its_own_checkpoint(
-    preset, records, tmp_path, monkeypatch
-):
+@pytest.fixture(scope="module")
+def resumed_run(preset, records, tmp_path_factory):
+    """A run from the preset on 2 mirrored replicas, interrupted after 2 of its 3 steps and
+    resumed with the preset loader made to fail: ``(config, weights at the start, summary,
+    log lines of the resumed run)``."""
     config = _config(
-        tmp_path, preset, records, "strategy.name=mirrored", "strategy.devices=['/cpu:0', '/cpu:1']"
+        tmp_path_factory.mktemp("resumed_run"),
+        preset,
+        records,
+        "strategy.name=mirrored",
+        "strategy.devices=['/cpu:0', '/cpu:1']",
     )
-    reference = keras_hub.models.BertMaskedLM.from_preset(preset, preprocessor=None)
     started = {}
 
     def record_start(model):
@@ -172,17 +177,52 @@ def test_run_starts_from_the_preset_on_two_replicas_and_resumes_from_its_own_che
         pretrain_lib.pretrain(
             config, callbacks=[_callback(record_start, interrupt_after=2)], log=lambda line: None
         )
-    _assert_same_weights(started["backbone"], reference.backbone.get_weights())
-    _assert_same_weights(started["mlm_head"], reference.masked_lm_head.get_weights())
 
     def no_preset(*args):
         raise AssertionError("a resumed run loaded the preset")
 
-    monkeypatch.setattr(model_lib, "load_preset_weights", no_preset)
     lines = []
-    summary = pretrain_lib.pretrain(config, log=lines.append)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(model_lib, "load_preset_weights", no_preset)
+        summary = pretrain_lib.pretrain(config, log=lines.append)
+    return config, started, summary, lines
+
+
+def test_run_starts_from_the_preset_on_two_replicas_and_resumes_from_its_own_checkpoint(
+    preset, resumed_run
+):
+    _, started, summary, lines = resumed_run
+    reference = keras_hub.models.BertMaskedLM.from_preset(preset, preprocessor=None)
+    _assert_same_weights(started["backbone"], reference.backbone.get_weights())
+    _assert_same_weights(started["mlm_head"], reference.masked_lm_head.get_weights())
     assert any("resuming from" in line and "phase 1, step 1" in line for line in lines)
     assert summary["global_steps"] == 3 and summary["strategy"]["num_replicas"] == 2
+
+
+def test_run_starts_from_another_runs_checkpoint(preset, records, resumed_run, tmp_path):
+    source_config, _, source_summary, _ = resumed_run
+    # The architecture comes from the source run (here, its preset): no model.* given.
+    phase = (
+        "{seq_length: 16, max_predictions_per_seq: 4, global_batch_size: 8, steps: 1, "
+        f"warmup_steps: 0, input_files: ['{records}']}}"
+    )
+    config = config_lib.load_config(
+        overrides=[
+            f"output_dir={tmp_path}",
+            f"model.init_checkpoint={source_config.output_dir}",
+            f"phases=[{phase}]",
+            "strategy.name=default",
+        ]
+    )
+    started = {}
+    pretrain_lib.pretrain(
+        config,
+        callbacks=[_callback(lambda model: started.update(weights=model.get_weights()))],
+        log=lambda line: None,
+    )
+    reference = recipe_lib.build_model(source_config, len(VOCABULARY))
+    reference.load_weights(source_summary["checkpoint"])
+    _assert_same_weights(started["weights"], reference.get_weights())
 
 
 def _other_vocabulary(path):
@@ -207,7 +247,7 @@ def _other_vocabulary(path):
         (
             ["data.vocab_file={other}"],
             r"phases.0's records use vocabulary .*other.txt' of 34 tokens, and model.preset=.* "
-            r"has 33 tokens .*first differ at id 6: 'wolf' against the preset's 'dog'",
+            r"has 33 tokens .*first differ at id 6: 'wolf' where it has 'dog'",
         ),
     ],
 )

@@ -49,8 +49,8 @@ def read_pretraining_config(run_dir):
 
 
 def vocabulary_file(config):
-    """The vocabulary the run tokenized its text with: ``data.vocab_file``, else its
-    ``model.preset``'s, else the one built
+    """The vocabulary the run tokenized its text with: ``data.vocab_file``, else that of the
+    ``model.preset`` or ``model.init_checkpoint`` it started from, else the one built
     for the default corpus's records of its first phase that read them (under
     ``OUTPUT_DIR/data``, where `keras_largebatch.bert.pretraining.recipe.prepare_data` creates
     them).
@@ -70,11 +70,12 @@ def vocabulary_file(config):
                 "relative path is read from the current directory)"
             )
         return config.data.vocab_file
-    if config.model.preset is not None:
-        # Pretraining checked that the records use the preset's vocabulary.
-        from keras_largebatch.bert.data import vocab as vocab_lib
+    from keras_largebatch.bert.pretraining import initial_weights
 
-        return vocab_lib.preset_tokenization(config.model.preset)["vocab_file"]
+    start = initial_weights.starting_point(config.model)
+    if start is not None:
+        # Pretraining checked that the records use the vocabulary of the weights it started from.
+        return start.vocabulary_file()
     for phase in config.phases:
         if phase.input_files is None:
             path = os.path.join(phase.default_data_dir(config.output_dir), VOCABULARY_FILENAME)

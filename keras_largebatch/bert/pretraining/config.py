@@ -83,6 +83,7 @@ class ModelConfig:
     dropout: float = 0.1  # dropout rate of the backbone
     max_sequence_length: Optional[int] = None  # position embeddings; None: longest phase
     preset: Optional[str] = None  # keras-hub BERT preset dir: architecture and weights to start
+    init_checkpoint: Optional[str] = None  # a pretraining run dir or its .weights.h5 to start
 
     def size_name(self):
         """The named size the dimensions start from: ``size``, or tiny when it is None."""
@@ -212,6 +213,11 @@ class PretrainConfig(training_config.RunConfig):
         """Checks values and relations between fields; raises naming the field. Returns self."""
         if self.model.size is not None:
             _checks.check_choice("model.size", self.model.size, tuple(MODEL_SIZES))
+        if self.model.preset is not None and self.model.init_checkpoint is not None:
+            raise ValueError(
+                f"model.preset={self.model.preset!r} and model.init_checkpoint="
+                f"{self.model.init_checkpoint!r} both name the weights to start from; give one"
+            )
         if self.model.preset is not None and "://" in str(self.model.preset):
             raise ValueError(
                 f"model.preset must be a local directory (keras-hub reads presets with local "

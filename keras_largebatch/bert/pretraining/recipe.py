@@ -4,7 +4,7 @@
 command around both.
 """
 
-import json
+import dataclasses
 import os
 
 import tensorflow as tf
@@ -12,7 +12,7 @@ import tensorflow as tf
 from keras_largebatch import input_order
 from keras_largebatch.bert.data import manifest, pretraining_data
 from keras_largebatch.bert.data import vocab as vocab_lib
-from keras_largebatch.bert.pretraining import input_pipeline
+from keras_largebatch.bert.pretraining import initial_weights, input_pipeline
 from keras_largebatch.bert.pretraining import model as model_lib
 from keras_largebatch.schedules import WarmupPolynomialDecay
 from keras_largebatch.training.optimizer_factory import create_optimizer
@@ -50,25 +50,28 @@ class BertPretraining(Recipe):
         self.record_counts = None
 
     def prepare(self, plan, log, record_counts):
-        preset = self.config.model.preset
-        if preset is not None:
-            check_preset_architecture(self.config)
+        start = initial_weights.starting_point(self.config.model, log)
+        if start is not None:
+            initial_weights.check_architecture(self.config, start)
         self.record_files, self.vocab_file = prepare_data(self.config, log)
-        if preset is not None:
-            self.vocab_file = check_preset_vocabulary(self.config, self.record_files)
+        if start is not None:
+            self.vocab_file = initial_weights.check_vocabulary(
+                self.config, start, self.record_files
+            )
         self.record_counts = manifest.manifests_first(record_counts)
 
     def vocabulary_size(self):
-        if self.config.model.preset is not None:
-            return preset_architecture(self.config.model.preset)["vocabulary_size"]
+        start = initial_weights.starting_point(self.config.model)
+        if start is not None:
+            return start.architecture()["vocabulary_size"]
         return self.config.model.vocabulary_size or len(vocab_lib.load_vocabulary(self.vocab_file))
 
     def initialize(self, model):
-        """With ``model.preset``, the preset's backbone and (where it has one) masked-LM head
-        weights; a resumed run never comes here, it restores its own checkpoint."""
-        preset = self.config.model.preset
-        if preset is not None:
-            model_lib.load_preset_weights(model, preset)
+        """With ``model.preset`` or ``model.init_checkpoint``, their weights; a resumed run
+        never comes here, it restores its own checkpoint."""
+        start = initial_weights.starting_point(self.config.model)
+        if start is not None:
+            start.load(model)
 
     def build_model(self):
         return build_model(self.config, self.vocabulary_size())
@@ -78,7 +81,9 @@ class BertPretraining(Recipe):
         ValueError unless that axis's size divides the widths it splits: the attention heads,
         the hidden features (of the token embedding) and the feed-forward width."""
         model_axis_size = device_mesh.shape[device_mesh.axis_names.index("model")]
-        _, hidden_dim, num_heads, intermediate_dim = model_dimensions(self.config.model)
+        _, hidden_dim, num_heads, intermediate_dim = initial_weights.model_dimensions(
+            self.config.model
+        )
         for key, value in (
             ("model.num_heads", num_heads),
             ("model.hidden_dim", hidden_dim),
@@ -127,14 +132,24 @@ class BertPretraining(Recipe):
 
 def build_model(config, vocabulary_size):
     """The `BertPretrainer` that ``config.model`` and ``config.mixed_precision`` describe, its
-    weights random (with ``model.preset``, of the preset's architecture: `initialize` loads
-    its weights)."""
+    weights random (with ``model.preset`` or ``model.init_checkpoint``, of their architecture:
+    `BertPretraining.initialize` loads their weights)."""
     model_config = config.model
     if model_config.preset is not None:
         backbone = model_lib.backbone_from_preset(
             model_config.preset, dropout=model_config.dropout, dtype=config.mixed_precision
         )
         return model_lib.BertPretrainer(backbone)
+    if model_config.init_checkpoint is not None:
+        start = initial_weights.starting_point(model_config)
+        source = start.config
+        # The source run's architecture, trained with this run's dropout and precision.
+        source = dataclasses.replace(
+            source,
+            model=dataclasses.replace(source.model, dropout=model_config.dropout),
+            mixed_precision=config.mixed_precision,
+        )
+        return build_model(source, start.architecture()["vocabulary_size"])
     num_layers, hidden_dim, num_heads, intermediate_dim = model_config.dimensions()
     backbone = model_lib.bert_backbone(
         model_config.size_name(),
@@ -206,6 +221,7 @@ def prepare_data(config, log):
         vocab_file is None
         and config.model.vocabulary_size is None
         and config.model.preset is None
+        and config.model.init_checkpoint is None
         and all(record_files)
     ):
         raise ValueError(
@@ -238,116 +254,3 @@ def prepare_data(config, log):
             )
         record_files[index] = data.record_files
     return record_files, vocab_file
-
-
-# The model config's fields that a preset's config.json sets, by the name it has there.
-_PRESET_FIELDS = {
-    "vocabulary_size": "vocabulary_size",
-    "num_layers": "num_layers",
-    "hidden_dim": "hidden_dim",
-    "num_heads": "num_heads",
-    "intermediate_dim": "intermediate_dim",
-    "max_sequence_length": "max_sequence_length",
-}
-
-
-def preset_architecture(preset):
-    """The `keras_hub.models.BertBackbone` config that a preset directory's ``config.json``
-    holds (vocabulary_size, num_layers, hidden_dim, ...).
-
-    Raises:
-        ValueError: ``preset`` is not a directory holding a BertBackbone's config.json.
-    """
-    config_file = os.path.join(str(preset), "config.json")
-    if not os.path.isfile(config_file):
-        raise ValueError(
-            f"model.preset {preset!r} is not a keras-hub preset directory (no config.json in it)"
-        )
-    with open(config_file, encoding="utf-8") as stream:
-        recorded = json.load(stream)
-    if recorded.get("class_name") != "BertBackbone":
-        raise ValueError(
-            f"model.preset {preset!r} holds a {recorded.get('class_name')!r}, not a BertBackbone"
-        )
-    return recorded["config"]
-
-
-def model_dimensions(model_config):
-    """``(num_layers, hidden_dim, num_heads, intermediate_dim)`` of the model: the preset's
-    with ``model.preset``, else the named size's after the overrides."""
-    if model_config.preset is None:
-        return model_config.dimensions()
-    architecture = preset_architecture(model_config.preset)
-    return tuple(
-        architecture[name] for name in ("num_layers", "hidden_dim", "num_heads", "intermediate_dim")
-    )
-
-
-def check_preset_architecture(config):
-    """Raises ValueError, naming both values, where ``config.model`` sets a size or a dimension
-    other than the preset's, or a phase is longer than its position embeddings."""
-    model_config = config.model
-    preset = model_config.preset
-    architecture = preset_architecture(preset)
-    if model_config.size is not None:
-        num_layers, hidden_dim, num_heads, intermediate_dim = model_config.dimensions()
-        size = {
-            "num_layers": num_layers,
-            "hidden_dim": hidden_dim,
-            "num_heads": num_heads,
-            "intermediate_dim": intermediate_dim,
-        }
-        if any(architecture[name] != value for name, value in size.items()):
-            raise ValueError(
-                f"model.size={model_config.size!r} ({size}) conflicts with model.preset="
-                f"{preset!r}, whose architecture is "
-                f"{ {name: architecture[name] for name in size} }; the architecture comes from "
-                "the preset: drop model.size"
-            )
-    for field, name in _PRESET_FIELDS.items():
-        value = getattr(model_config, field)
-        if value is not None and value != architecture[name]:
-            raise ValueError(
-                f"model.{field}={value} conflicts with model.preset={preset!r}, whose {name} is "
-                f"{architecture[name]}; the architecture comes from the preset: drop model.{field}"
-            )
-    for index, phase in enumerate(config.phases):
-        if phase.seq_length > architecture["max_sequence_length"]:
-            raise ValueError(
-                f"phases.{index}.seq_length={phase.seq_length} is longer than model.preset="
-                f"{preset!r}'s {architecture['max_sequence_length']} position embeddings"
-            )
-
-
-def check_preset_vocabulary(config, record_files):
-    """The vocabulary file of the run with ``model.preset``: the preset's, after checking that
-    every phase's records were made with the same vocabulary (``data.vocab_file``, else the one
-    the manifest beside the records names).
-
-    Raises:
-        ValueError: a vocabulary differs (naming both sizes and the first differing token), or
-            nothing tells which vocabulary some records were made with.
-    """
-    preset = config.model.preset
-    preset_file = vocab_lib.preset_tokenization(preset)["vocab_file"]
-    preset_vocabulary = vocab_lib.load_vocabulary(preset_file)
-    for index, files in enumerate(record_files):
-        data_file = config.data.vocab_file or manifest.vocabulary_of(files[0])
-        if data_file is None:
-            raise ValueError(
-                f"phases.{index}.input_files have no manifest.json naming their vocabulary, and "
-                f"data.vocab_file is null: give data.vocab_file, the vocabulary the records were "
-                f"made with, so that it can be checked against model.preset={preset!r}'s"
-            )
-        data_vocabulary = vocab_lib.load_vocabulary(data_file)
-        difference = vocab_lib.first_difference(data_vocabulary, preset_vocabulary)
-        if difference is not None:
-            token_id, token, preset_token = difference
-            raise ValueError(
-                f"phases.{index}'s records use vocabulary {data_file!r} of "
-                f"{len(data_vocabulary)} tokens, and model.preset={preset!r} has "
-                f"{len(preset_vocabulary)} tokens ({preset_file}); they first differ at id "
-                f"{token_id}: {token!r} against the preset's {preset_token!r}. Make the records "
-                "with keras-largebatch-create-data --preset PRESET_DIR"
-            )
-    return preset_file
