@@ -13,6 +13,7 @@ import keras_hub
 import numpy as np
 import pytest
 
+from keras_largebatch.bert import export as export_lib
 from keras_largebatch.bert import pretraining as pretrain_lib
 from keras_largebatch.bert.data import __main__ as create_data
 from keras_largebatch.bert.data import vocab as vocab_lib
@@ -223,6 +224,12 @@ def test_run_starts_from_another_runs_checkpoint(preset, records, resumed_run, t
     reference = recipe_lib.build_model(source_config, len(VOCABULARY))
     reference.load_weights(source_summary["checkpoint"])
     _assert_same_weights(started["weights"], reference.get_weights())
+    # The continued run exports with the preset's tokenizer, as its records were made.
+    exported = export_lib.export_preset(tmp_path, tmp_path / "exported", log=lambda line: None)
+    tokenizer = keras_hub.models.BertTokenizer.from_preset(str(tmp_path / "exported"))
+    assert tokenizer.get_vocabulary() == VOCABULARY and exported["vocabulary_size"] == len(
+        VOCABULARY
+    )
 
 
 def _other_vocabulary(path):
