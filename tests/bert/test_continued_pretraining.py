@@ -198,6 +198,9 @@ def test_run_starts_from_the_preset_on_two_replicas_and_resumes_from_its_own_che
     _assert_same_weights(started["mlm_head"], reference.masked_lm_head.get_weights())
     assert any("resuming from" in line and "phase 1, step 1" in line for line in lines)
     assert summary["global_steps"] == 3 and summary["strategy"]["num_replicas"] == 2
+    assert (
+        summary["model_size"] is None and summary["initialized_from"] == f"model.preset={preset!r}"
+    )
 
 
 def test_run_starts_from_another_runs_checkpoint(preset, records, resumed_run, tmp_path):

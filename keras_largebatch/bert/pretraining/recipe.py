@@ -124,8 +124,11 @@ class BertPretraining(Recipe):
         return {"seq_length": phase.settings.seq_length}
 
     def summary(self):
+        start = initial_weights.starting_point(self.config.model)
         return {
-            "model_size": self.config.model.size_name(),
+            # A start's architecture has no named size.
+            "model_size": self.config.model.size_name() if start is None else None,
+            "initialized_from": None if start is None else start.name,
             "optimizer": self.config.optimizer.name,
         }
 
