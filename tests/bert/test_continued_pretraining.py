@@ -20,6 +20,7 @@ from keras_largebatch.bert.data import vocab as vocab_lib
 from keras_largebatch.bert.pretraining import config as config_lib
 from keras_largebatch.bert.pretraining import model as model_lib
 from keras_largebatch.bert.pretraining import recipe as recipe_lib
+from keras_largebatch.training.plan import plan_run
 
 WORDS = ["the", "dog", "cat", "runs", "sleeps", "big", "small", "red", "sun", "is", "."]
 VOCABULARY = list(vocab_lib.SPECIAL_TOKENS) + WORDS + ["##s"] + [f"w{i}" for i in range(16)]
@@ -271,3 +272,54 @@ def test_conflicting_architecture_or_vocabulary_is_refused_before_training(
     with pytest.raises(ValueError, match=match):
         pretrain_lib.pretrain(config, log=lambda line: None)
     assert not os.path.exists(tmp_path / "run" / "checkpoints")
+
+
+def test_whole_word_dynamic_masking_from_the_config(preset, tmp_path):
+    # "dogs", "cats" and "suns" are two tokens each ("dog ##s"): words a mask never splits.
+    text = "\n\n".join(
+        "\n".join(f"the {word} is big . {word} runs" for word in ("dogs", "cats", "suns", "dog"))
+        for _ in range(6)
+    )
+    (tmp_path / "text.txt").write_text(text + "\n", encoding="utf-8")
+    common = ["--max-seq-length=16", "--max-predictions-per-seq=4", "--num-output-shards=1"]
+    assert (
+        create_data.main(
+            ["--input-files", str(tmp_path / "text.txt"), "--output-dir", str(tmp_path / "data")]
+            + ["--preset", preset, "--dynamic-masking", "--num-workers=1", *common]
+        )
+        == 0
+    )
+    record_file = str(tmp_path / "data" / "pretraining-00000-of-00001.tfrecord")
+    with pytest.raises(ValueError, match="data.whole_word_mask=true masks in the input pipeline"):
+        _config(tmp_path / "run", preset, record_file, "data.whole_word_mask=true")
+    config = _config(
+        tmp_path / "run",
+        preset,
+        record_file,
+        "data.dynamic_masking=true",
+        "data.whole_word_mask=true",
+        "data.masked_lm_prob=0.3",
+    )
+    recipe = recipe_lib.BertPretraining(config)
+    plan = plan_run(config, 1)
+    recipe.prepare(plan, lambda line: None, record_counts=None)
+    continuation = VOCABULARY.index("##s")
+    masked_continuations = 0
+    for features, labels, weights in recipe.dataset(plan.phases[0], 8, None, 0).take(4):
+        positions = features["mask_positions"].numpy()
+        token_ids = features["token_ids"].numpy()
+        real = weights["masked_lm"].numpy() > 0
+        originals = labels["masked_lm"].numpy()
+        assert real.any()
+        for row in range(8):
+            chosen = set(positions[row][real[row]].tolist())
+            for position, label in zip(positions[row][real[row]], originals[row][real[row]]):
+                # A masked "##s" comes with the token before it (unless truncation left it
+                # first in its segment) ...
+                if label == continuation and token_ids[row][position - 1] not in (2, 3):
+                    masked_continuations += 1
+                    assert position - 1 in chosen
+                # ... and a masked token with its "##s" (an unmasked token is as it was).
+                if position + 1 not in chosen:
+                    assert token_ids[row][position + 1] != continuation
+    assert masked_continuations > 0

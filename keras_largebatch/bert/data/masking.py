@@ -30,9 +30,11 @@ import numpy as np
 import tensorflow as tf
 
 from keras_largebatch._checks import check_bool, check_number
+from keras_largebatch.bert.data import defaults
 from keras_largebatch.bert.data import vocab as vocab_lib
 
-DEFAULT_MASKED_LM_PROB = 0.15
+# Stated in `defaults`, which the pretraining config reads without TensorFlow.
+DEFAULT_MASKED_LM_PROB = defaults.DEFAULT_MASKED_LM_PROB
 # The 80/10/10 rule for a uniform draw in [0, 1): [MASK] below MASK_BELOW, a random token
 # below RANDOM_TOKEN_BELOW, the token itself above.
 MASK_BELOW = 0.8

@@ -78,7 +78,10 @@ def vocabulary_file(config):
         return start.vocabulary_file()
     for phase in config.phases:
         if phase.input_files is None:
-            path = os.path.join(phase.default_data_dir(config.output_dir), VOCABULARY_FILENAME)
+            path = os.path.join(
+                phase.default_data_dir(config.output_dir, config.data.dynamic_masking),
+                VOCABULARY_FILENAME,
+            )
             if not tf.io.gfile.exists(path):
                 raise ValueError(
                     f"the run's default-corpus vocabulary {path!r} does not exist; the "

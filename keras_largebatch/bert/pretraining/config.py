@@ -26,6 +26,7 @@ from typing import ClassVar, Optional
 from keras_largebatch import _checks
 from keras_largebatch.bert.data.defaults import (
     DEFAULT_CORPUS_DUPE_FACTOR,
+    DEFAULT_MASKED_LM_PROB,
     DEFAULT_MAX_PREDICTIONS_PER_SEQ,
     DEFAULT_MAX_SEQ_LENGTH,
     DEFAULT_SEED,
@@ -118,13 +119,13 @@ class PhaseConfig(training_config.PhaseConfig):
     power: float = 1.0  # decay power (1.0 in the LAMB paper, 0.5 in NVIDIA's recipe)
     input_files: Optional[list[str]] = None  # record globs; None: the default corpus's records
 
-    def default_data_dir(self, output_dir):
+    def default_data_dir(self, output_dir, dynamic_masking=False):
         """Where a run in ``output_dir`` keeps this phase's records of the default corpus
         (`pretraining_data.create_default_pretraining_data`), by their length and
-        predictions: ``output_dir/data/seq128-pred20``."""
-        return os.path.join(
-            output_dir, "data", f"seq{self.seq_length}-pred{self.max_predictions_per_seq}"
-        )
+        predictions: ``output_dir/data/seq128-pred20``, ``-dynamic`` after it for the unmasked
+        records of dynamic masking."""
+        name = f"seq{self.seq_length}-pred{self.max_predictions_per_seq}"
+        return os.path.join(output_dir, "data", name + ("-dynamic" if dynamic_masking else ""))
 
     def validate(self, key):
         _checks.check_integer(f"{key}.seq_length", self.seq_length, low=5)
@@ -197,6 +198,9 @@ class DataConfig:
     shuffle_buffer_size: int = 10000  # records of each shuffled window of the training order
     cycle_length: int = 8  # record files read at once, interleaved
     seed: int = DEFAULT_SEED  # seed of the default records and of the training order
+    dynamic_masking: bool = False  # mask every batch anew in the input pipeline (unmasked records)
+    whole_word_mask: bool = False  # with dynamic_masking: mask whole words (a token and its ##s)
+    masked_lm_prob: float = DEFAULT_MASKED_LM_PROB  # fraction of tokens dynamic masking masks
 
 
 @dataclasses.dataclass
@@ -244,6 +248,22 @@ class PretrainConfig(training_config.RunConfig):
         _checks.check_integer("data.dupe_factor", self.data.dupe_factor, low=1)
         _checks.check_integer("data.shuffle_buffer_size", self.data.shuffle_buffer_size, low=1)
         _checks.check_integer("data.cycle_length", self.data.cycle_length, low=1)
+        _checks.check_bool("data.dynamic_masking", self.data.dynamic_masking)
+        _checks.check_bool("data.whole_word_mask", self.data.whole_word_mask)
+        _checks.check_number(
+            "data.masked_lm_prob",
+            self.data.masked_lm_prob,
+            low=0,
+            high=1,
+            low_open=True,
+            high_open=True,
+        )
+        if self.data.whole_word_mask and not self.data.dynamic_masking:
+            raise ValueError(
+                "data.whole_word_mask=true masks in the input pipeline, which needs "
+                "data.dynamic_masking=true; for records masked when written, make them with "
+                "keras-largebatch-create-data --whole-word-mask instead"
+            )
         self.optimizer.validate()
         for index, phase in enumerate(self.phases):
             if phase.input_files is None and "://" in str(self.output_dir):

@@ -58,6 +58,11 @@ class BertPretraining(Recipe):
             self.vocab_file = initial_weights.check_vocabulary(
                 self.config, start, self.record_files
             )
+        if self.config.data.dynamic_masking and self.vocab_file is None:
+            raise ValueError(
+                "data.dynamic_masking=true masks with the records' vocabulary: give "
+                "data.vocab_file (model.vocabulary_size alone does not say which token is which)"
+            )
         self.record_counts = manifest.manifests_first(record_counts)
 
     def vocabulary_size(self):
@@ -118,6 +123,10 @@ class BertPretraining(Recipe):
             start_batch=start_batch,
             record_counts=self.record_counts,
             batches_per_step=batches_per_step,
+            dynamic_masking=self.config.data.dynamic_masking,
+            vocabulary=self.vocab_file if self.config.data.dynamic_masking else None,
+            masked_lm_prob=self.config.data.masked_lm_prob,
+            whole_word_mask=self.config.data.whole_word_mask,
         )
 
     def phase_summary(self, phase):
@@ -214,7 +223,10 @@ def prepare_data(config, log):
             files = input_pipeline.resolve_record_files(phase.input_files)
             for path in files:
                 input_pipeline.check_record_file(
-                    path, phase.seq_length, phase.max_predictions_per_seq
+                    path,
+                    phase.seq_length,
+                    phase.max_predictions_per_seq,
+                    config.data.dynamic_masking,
                 )
             record_files[index] = files
     vocab_file = config.data.vocab_file
@@ -235,7 +247,7 @@ def prepare_data(config, log):
         if record_files[index] is not None:
             continue
         data = pretraining_data.create_default_pretraining_data(
-            phase.default_data_dir(config.output_dir),
+            phase.default_data_dir(config.output_dir, config.data.dynamic_masking),
             max_seq_length=phase.seq_length,
             max_predictions_per_seq=phase.max_predictions_per_seq,
             vocabulary_size=config.data.vocabulary_size,
@@ -243,6 +255,8 @@ def prepare_data(config, log):
             seed=config.data.seed,
             overwrite=config.overwrite,
             progress=True,
+            dynamic_masking=config.data.dynamic_masking,
+            masked_lm_prob=config.data.masked_lm_prob,
         )
         log(
             f"phase {index + 1} data: {data.num_examples} examples in "
