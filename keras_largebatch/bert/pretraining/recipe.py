@@ -97,7 +97,7 @@ class BertPretraining(Recipe):
             if value % model_axis_size:
                 raise ValueError(
                     f"strategy.model_axis_size={model_axis_size} must divide {key}={value} (of "
-                    f"model.size={self.config.model.size_name()!r} and its overrides), which "
+                    f"{_architecture_source(self.config.model)}), which "
                     "model_parallel splits over the model axis"
                 )
         return model_lib.layout_map(device_mesh)
@@ -140,6 +140,14 @@ class BertPretraining(Recipe):
             "initialized_from": None if start is None else start.name,
             "optimizer": self.config.optimizer.name,
         }
+
+
+def _architecture_source(model_config):
+    """Where the model's dimensions come from, for messages."""
+    start = initial_weights.starting_point(model_config)
+    if start is not None:
+        return start.name
+    return f"model.size={model_config.size_name()!r} and its overrides"
 
 
 def build_model(config, vocabulary_size):
