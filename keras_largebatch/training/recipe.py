@@ -66,6 +66,11 @@ class Recipe(abc.ABC):
     def build_model(self):
         """A new, built Keras model (called inside the devices' scope)."""
 
+    def initialize(self, model):
+        """Sets the weights a new run starts from, such as a pretrained model's; the default
+        keeps ``model``'s own. Called once, right after `build_model`, only when the run starts
+        from step 0: a resumed run restores its own checkpoint instead."""
+
     @abc.abstractmethod
     def build_optimizer(self, phase, model):
         """A fresh optimizer, with its learning-rate schedule, for ``phase`` (its plan),

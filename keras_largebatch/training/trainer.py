@@ -176,6 +176,8 @@ class Trainer:
         diverged = None
         with self.devices.scope():
             self.model = self.recipe.build_model()
+            if state is None:
+                self.recipe.initialize(self.model)
             start_phase, start_step = self._resume_point(state)
             self.summary = RunSummary(
                 state,

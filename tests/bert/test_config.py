@@ -14,7 +14,7 @@ REPOSITORY = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__f
 
 def test_defaults_are_the_default_job():
     config = config_lib.load_config()
-    assert config.model.size == "tiny"
+    assert config.model.size is None and config.model.size_name() == "tiny"
     assert config.model.dimensions() == (2, 128, 2, 512)
     assert config.optimizer.name == "lamb"
     assert config.optimizer.weight_decay == 0.01

@@ -428,3 +428,38 @@ def test_comma_separated_patterns_name_each_file_once(tmp_path):
     files, _ = _write_files(tmp_path, num_files=2, per_file=1)
     comma_list = f"{files[1]},{tmp_path / 'data-*.tfrecord'}"
     assert input_pipeline.resolve_record_files(comma_list) == files
+
+
+def test_dynamic_whole_word_masking_masks_whole_words(tmp_path):
+    # Every third word of the vocabulary is a "##" continuation, so records hold words of
+    # several tokens; a word is never masked in part.
+    vocabulary = list(VOCABULARY)
+    for index in range(5, len(vocabulary), 3):
+        vocabulary[index] = f"##{vocabulary[index]}"
+    files, expected = _write_files(
+        tmp_path, num_files=1, per_file=40, masked=False, seq_length=64, max_predictions=8
+    )
+    with pytest.raises(ValueError, match="whole_word_mask=True masks in the pipeline"):
+        input_pipeline.make_pretraining_dataset(files, 64, 8, 20, whole_word_mask=True)
+    dataset = input_pipeline.make_pretraining_dataset(
+        files,
+        64,
+        8,
+        batch_size_per_replica=20,
+        is_training=False,
+        seed=5,
+        dynamic_masking=True,
+        vocabulary=vocabulary,
+        whole_word_mask=True,
+    )
+    continuation_ids = [index for index, token in enumerate(vocabulary) if token.startswith("##")]
+    masked_continuations = 0
+    for batch_index, (features, _, weights) in enumerate(dataset):
+        for row in range(20):
+            ids = expected[batch_index * 20 + row]["input_ids"]
+            chosen = np.zeros(64, bool)
+            chosen[features["mask_positions"][row].numpy()[weights["masked_lm"][row] > 0]] = True
+            inside_word = np.isin(ids[1:], continuation_ids) & (ids[:-1] > MASK)
+            assert not np.any(inside_word & (chosen[1:] != chosen[:-1])), row
+            masked_continuations += int(np.sum(inside_word & chosen[1:]))
+    assert masked_continuations > 0

@@ -232,3 +232,86 @@ def test_whole_word_mask_hand_worked():
 def test_whole_word_mask_with_dynamic_masking_is_refused():
     with pytest.raises(ValueError, match="whole_word_mask=True .* dynamic_masking=True"):
         InstanceOptions(whole_word_mask=True, dynamic_masking=True)
+
+
+# === Whole-word masking in the input pipeline ===
+
+
+def _dynamic_whole_word_positions(ids, seed, max_predictions, masked_lm_prob, token_ids):
+    """Masks ``ids`` (rows, padded with 0) with whole-word dynamic masking; returns the
+    ``(masked ids, positions, labels, weights)`` arrays."""
+    tokens = tf.constant(ids, tf.int32)
+    outputs = masking.mask_token_batch(
+        tokens,
+        tf.cast(tokens != 0, tf.int32),
+        tf.constant([seed, 7], tf.int64),
+        max_predictions,
+        masked_lm_prob,
+        token_ids.mask_id,
+        token_ids.protected_ids,
+        token_ids.replacement_ids,
+        token_ids.continuation_ids,
+    )
+    return [output.numpy() for output in outputs]
+
+
+def test_dynamic_whole_word_mask_hand_worked():
+    # [CLS] a ##b ##c d [SEP] e ##f [SEP]: words {1, 2, 3}, {4}, {6, 7}; 4 to predict
+    # (min(4, round(9 * 0.5))). Taken in a random order while they fit: "a##b##c" first, or
+    # "d" then "a##b##c", gives {1, 2, 3, 4} (probability 1/3 + 1/6); any other order gives
+    # {4, 6, 7} ("e##f" and "d"; "a##b##c" no longer fits).
+    vocabulary = list(vocab_lib.SPECIAL_TOKENS) + ["a", "##b", "##c", "d", "e", "##f"]
+    token_ids = masking.TokenIds.from_vocabulary(vocabulary)
+    row = [CLS, 5, 6, 7, 8, SEP, 9, 10, SEP, 0, 0, 0]
+    outcomes = {(1, 2, 3, 4): 0, (4, 6, 7): 0}
+    rows = 800  # each row draws its own order
+    masked, positions, labels, weights = _dynamic_whole_word_positions(
+        [row] * rows, 0, 4, 0.5, token_ids
+    )
+    for index in range(rows):
+        chosen = tuple(int(p) for p, w in zip(positions[index], weights[index]) if w)
+        assert chosen in outcomes, chosen
+        outcomes[chosen] += 1
+        # 80/10/10 per token: labels are the originals; a masked token is [MASK], a
+        # replacement or itself; every other token is unchanged.
+        assert [row[p] for p in chosen] == labels[index][: len(chosen)].tolist()
+        for position, token in enumerate(masked[index]):
+            if position not in chosen:
+                assert token == row[position]
+            else:
+                assert token == MASK or token in token_ids.replacement_ids or token == row[position]
+    assert abs(outcomes[(1, 2, 3, 4)] / rows - 0.5) < 0.06, outcomes
+
+
+def test_dynamic_whole_word_mask_never_splits_a_word_of_the_default_corpus():
+    from keras_largebatch.bert.data import corpus as corpus_lib
+    from keras_largebatch.bert.data import instances
+
+    documents = corpus_lib.default_corpus_documents()[:60]
+    sentences = [sentence for document in documents for sentence in document]
+    vocabulary = vocab_lib.build_vocabulary(sentences, 2000)
+    token_ids = masking.TokenIds.from_vocabulary(vocabulary)
+    tokenized = instances.tokenize_documents([sentences], vocab_lib.make_tokenizer(vocabulary))[0]
+    stream = [token for sentence in tokenized for token in sentence]
+    seq_length, rows = 128, 64
+    body = seq_length - 2
+    ids = np.array(
+        [[CLS] + stream[index * body : (index + 1) * body] + [SEP] for index in range(rows)]
+    )
+    assert ids.shape == (rows, seq_length)
+    masked_lm_prob = 0.15
+    _, positions, _, weights = _dynamic_whole_word_positions(
+        ids.tolist(), 3, 40, masked_lm_prob, token_ids
+    )
+    # A continuation that follows a word's token (not [CLS] or [SEP]).
+    is_continuation = np.isin(ids, list(token_ids.continuation_ids))
+    inside_word = is_continuation[:, 1:] & ~np.isin(ids[:, :-1], [CLS, SEP])
+    chosen = np.zeros(ids.shape, bool)
+    for index in range(rows):
+        chosen[index, positions[index][weights[index] > 0]] = True
+    # A word is split where such a continuation and the token before it differ in being masked.
+    assert not np.any(inside_word & (chosen[:, 1:] != chosen[:, :-1]))
+    assert np.any(inside_word & chosen[:, 1:])  # words of several tokens were masked
+    assert is_continuation.mean() > 0.03  # the vocabulary splits words often enough to tell
+    fraction = weights.sum() / ids.size
+    assert abs(fraction - masked_lm_prob) < 0.01, fraction

@@ -496,7 +496,7 @@ def test_command_line_errors_and_print_config(capsys):
         == 0
     )
     printed = config_lib.config_from_dict(__import__("yaml").safe_load(capsys.readouterr().out))
-    assert printed.phases[0].steps == 7 and printed.model.size == "tiny"
+    assert printed.phases[0].steps == 7 and printed.model.size_name() == "tiny"
 
 
 def test_adamw_for_comparison_excludes_the_same_variables_from_decay(tmp_path, records):

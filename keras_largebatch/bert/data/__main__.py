@@ -51,6 +51,14 @@ def build_parser():
         "the input into OUTPUT_DIR/vocab.txt)",
     )
     parser.add_argument(
+        "--preset",
+        default=None,
+        metavar="PRESET_DIR",
+        help="tokenize as this keras-hub BERT preset directory does (its vocabulary, "
+        "lowercasing and accent stripping), for continued pretraining with model.preset; "
+        "excludes --vocab-file and --default-corpus",
+    )
+    parser.add_argument(
         "--vocabulary-size",
         type=int,
         default=vocab_lib.DEFAULT_VOCABULARY_SIZE,
@@ -156,6 +164,23 @@ def main(argv=None):
         whole_word_mask=args.whole_word_mask,
         overwrite=args.overwrite,
     )
+    vocab_file = args.vocab_file
+    casing = {}
+    if args.preset is not None:
+        if args.vocab_file is not None or args.default_corpus:
+            parser.error(
+                "--preset takes the vocabulary from the preset; drop "
+                + ("--vocab-file" if args.vocab_file is not None else "--default-corpus")
+            )
+        from keras_largebatch.bert.data import vocab as vocab_lib
+
+        try:
+            tokenization = vocab_lib.preset_tokenization(args.preset)
+        except ValueError as error:
+            print(f"keras-largebatch-create-data: error: --preset: {error}", file=sys.stderr)
+            return 2
+        vocab_file = tokenization.pop("vocab_file")
+        casing = tokenization
     try:
         if args.default_corpus:
             if args.vocab_file is not None:
@@ -171,7 +196,8 @@ def main(argv=None):
             create_pretraining_data(
                 args.input_files,
                 args.output_dir,
-                vocab_file=args.vocab_file,
+                vocab_file=vocab_file,
+                **casing,
                 dupe_factor=DEFAULT_DUPE_FACTOR if args.dupe_factor is None else args.dupe_factor,
                 **common,
             )

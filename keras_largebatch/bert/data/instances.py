@@ -62,8 +62,9 @@ class InstanceOptions:
         if self.whole_word_mask and self.dynamic_masking:
             raise ValueError(
                 "whole_word_mask=True masks the records as they are written, but "
-                "dynamic_masking=True writes them unmasked (the input pipeline masks token by "
-                "token); choose one"
+                "dynamic_masking=True writes them unmasked: give whole_word_mask=True to the "
+                "input pipeline instead (make_pretraining_dataset), which masks whole words "
+                "anew every epoch"
             )
 
 

@@ -46,3 +46,13 @@ def manifests_first(count_records):
         return [listed[path] for path in files]
 
     return count
+
+
+def vocabulary_of(record_file):
+    """The ``vocab_file`` that the manifest beside ``record_file`` records the records were
+    tokenized with, or None (no readable manifest there, or one that does not list the file)."""
+    if records_in(record_file) is None:
+        return None
+    manifest_file = os.path.join(os.path.dirname(str(record_file)), MANIFEST_FILENAME)
+    with tf.io.gfile.GFile(manifest_file) as stream:
+        return json.load(stream).get("vocab_file")

@@ -26,12 +26,15 @@ the bytes); ``mask_token_batch`` masks a batch with stateless TensorFlow ops and
 import dataclasses
 import os
 
+import numpy as np
 import tensorflow as tf
 
-from keras_largebatch._checks import check_number
+from keras_largebatch._checks import check_bool, check_number
+from keras_largebatch.bert.data import defaults
 from keras_largebatch.bert.data import vocab as vocab_lib
 
-DEFAULT_MASKED_LM_PROB = 0.15
+# Stated in `defaults`, which the pretraining config reads without TensorFlow.
+DEFAULT_MASKED_LM_PROB = defaults.DEFAULT_MASKED_LM_PROB
 # The 80/10/10 rule for a uniform draw in [0, 1): [MASK] below MASK_BELOW, a random token
 # below RANDOM_TOKEN_BELOW, the token itself above.
 MASK_BELOW = 0.8
@@ -159,17 +162,22 @@ def mask_token_batch(
     mask_id,
     protected_ids,
     replacement_ids,
+    continuation_ids=None,
 ):
     """Masks a batch of ``[CLS] A [SEP] B [SEP]`` sequences (module docstring), static shapes only.
 
     The ``n`` of a sequence is ``sum(padding_mask)``; its positions are the top
     ``num_to_predict`` of uniform scores over the real tokens not in ``protected_ids``, and a
-    random token is a uniform draw from ``replacement_ids``.
+    random token is a uniform draw from ``replacement_ids``. With ``continuation_ids`` (whole-word
+    masking), the candidates are words, a token with the ``continuation_ids`` right after it
+    (`whole_word_positions`).
 
     Args:
         token_ids: int32 ``[batch, seq_length]``.
         padding_mask: int32 ``[batch, seq_length]``, 1 for real tokens.
         seed: int ``[2]`` seed of the stateless random ops.
+        continuation_ids: None for token masking, or the ids of ``##`` tokens (a collection)
+            for whole-word masking.
 
     Returns:
         ``(masked_token_ids, positions, original_ids, weights)``: positions ascending, padded
@@ -190,12 +198,19 @@ def mask_token_batch(
         masked_lm_prob,
         **TENSORFLOW_OPS,
     )
-    # Non-candidates score -1, below every uniform score, so top_k picks candidates first.
-    scores = tf.where(
-        is_candidate, tf.random.stateless_uniform([batch_size, seq_length], score_seed), -1.0
-    )
-    _, top_positions = tf.math.top_k(scores, k=max_predictions_per_seq)
-    is_chosen = tf.range(max_predictions_per_seq)[None, :] < count[:, None]
+    if continuation_ids is None:
+        # Non-candidates score -1, below every uniform score, so top_k picks candidates first.
+        scores = tf.where(
+            is_candidate, tf.random.stateless_uniform([batch_size, seq_length], score_seed), -1.0
+        )
+        _, top_positions = tf.math.top_k(scores, k=max_predictions_per_seq)
+        is_chosen = tf.range(max_predictions_per_seq)[None, :] < count[:, None]
+    else:
+        chosen = whole_word_positions(token_ids, is_candidate, count, continuation_ids, score_seed)
+        # The chosen positions, earliest first (scored seq_length - position), then the rest.
+        scores = tf.where(chosen, seq_length - tf.range(seq_length)[None, :], -1)
+        top_scores, top_positions = tf.math.top_k(scores, k=max_predictions_per_seq)
+        is_chosen = top_scores > 0
     # Unchosen slots sort last as seq_length, then become padding.
     positions = tf.sort(tf.where(is_chosen, top_positions, seq_length), axis=1)
     is_real = positions < seq_length
@@ -229,6 +244,62 @@ def mask_token_batch(
     return masked_token_ids, positions, original_ids, tf.cast(is_real, tf.float32)
 
 
+def whole_word_positions(token_ids, is_candidate, count, continuation_ids, seed):
+    """Whole-word choice in TensorFlow ops, as `mask_tokens` makes it in Python
+    (google-research/bert's ``create_masked_lm_predictions`` with ``do_whole_word_mask``):
+    the words of a sequence (a candidate token with the continuation tokens right after it) in
+    a random order, each taken whole while it fits in the sequence's ``count``, never in part.
+
+    Returns:
+        bool ``[batch, seq_length]``: the chosen positions.
+    """
+    batch_size, seq_length = token_ids.shape
+    continuation_ids = sorted(continuation_ids)
+    table_size = (continuation_ids[-1] + 1) if continuation_ids else 1
+    table = np.zeros(table_size, dtype=bool)
+    table[continuation_ids] = True
+    in_table = token_ids < table_size
+    is_continuation = tf.logical_and(
+        in_table, tf.gather(tf.constant(table), tf.where(in_table, token_ids, 0))
+    )
+    follows_candidate = tf.pad(is_candidate[:, :-1], [[0, 0], [1, 0]])
+    is_word_start = tf.logical_and(
+        is_candidate, tf.logical_not(tf.logical_and(is_continuation, follows_candidate))
+    )
+    # Word index of every candidate (seq_length for the others: no word).
+    word = tf.where(
+        is_candidate, tf.cumsum(tf.cast(is_word_start, tf.int32), axis=1) - 1, seq_length
+    )
+    word_length = tf.reduce_sum(
+        tf.one_hot(word, seq_length, dtype=tf.int32), axis=1
+    )  # [batch, seq_length words]
+    # A random order of the words (empty ones last: they never fit anything anyway).
+    scores = tf.where(
+        word_length > 0, tf.random.stateless_uniform([batch_size, seq_length], seed), -1.0
+    )
+    _, order = tf.math.top_k(scores, k=seq_length)
+    ordered_length = tf.gather(word_length, order, batch_dims=1)
+
+    def take(total, length):
+        fits = tf.logical_and(length > 0, total + length <= count)
+        return total + tf.where(fits, length, 0)
+
+    totals = tf.scan(
+        take, tf.transpose(ordered_length), initializer=tf.zeros([batch_size], tf.int32)
+    )  # [words, batch]: the count taken after each word in the order
+    before = tf.concat([tf.zeros([1, batch_size], tf.int32), totals[:-1]], axis=0)
+    taken = tf.transpose(totals > before)  # [batch, words in the order]
+    chosen_words = tf.reduce_any(
+        tf.logical_and(
+            tf.one_hot(order, seq_length, on_value=True, off_value=False), taken[:, :, None]
+        ),
+        axis=1,
+    )  # [batch, word index]
+    return tf.logical_and(
+        is_candidate, tf.gather(chosen_words, tf.minimum(word, seq_length - 1), batch_dims=1)
+    )
+
+
 @dataclasses.dataclass(frozen=True)
 class DynamicMasking:
     """Masks a parsed batch ``(features, labels, sample_weights)`` of unmasked sequences."""
@@ -236,15 +307,24 @@ class DynamicMasking:
     token_ids: TokenIds
     masked_lm_prob: float
     max_predictions_per_seq: int
+    whole_word_mask: bool = False
 
     @classmethod
-    def from_vocabulary(cls, vocabulary, masked_lm_prob, max_predictions_per_seq):
+    def from_vocabulary(
+        cls, vocabulary, masked_lm_prob, max_predictions_per_seq, whole_word_mask=False
+    ):
         """``vocabulary``: a list of tokens or a vocabulary file."""
         if isinstance(vocabulary, (str, os.PathLike)):
             vocabulary = vocab_lib.load_vocabulary(os.fspath(vocabulary))
         else:
             vocab_lib.check_vocabulary(list(vocabulary))
-        return cls(TokenIds.from_vocabulary(vocabulary), masked_lm_prob, max_predictions_per_seq)
+        check_bool("whole_word_mask", whole_word_mask)
+        return cls(
+            TokenIds.from_vocabulary(vocabulary),
+            masked_lm_prob,
+            max_predictions_per_seq,
+            whole_word_mask,
+        )
 
     def __call__(self, batch, seed):
         features, labels, sample_weights = batch
@@ -257,6 +337,7 @@ class DynamicMasking:
             self.token_ids.mask_id,
             self.token_ids.protected_ids,
             self.token_ids.replacement_ids,
+            self.token_ids.continuation_ids if self.whole_word_mask else None,
         )
         features = {**features, "token_ids": masked_token_ids, "mask_positions": positions}
         return (

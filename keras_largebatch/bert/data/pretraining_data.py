@@ -70,6 +70,8 @@ def create_pretraining_data(
     overwrite=False,
     progress=True,
     whole_word_mask=False,
+    lowercase=True,
+    strip_accents=True,
 ):
     """Writes BERT pretraining TFRecords for text files (the module docstring has the details).
 
@@ -98,6 +100,8 @@ def create_pretraining_data(
         overwrite: replace existing output in ``output_dir``; without it, existing output is an
             error raised before any work.
         progress: print progress lines to stderr.
+        lowercase: lowercase text before WordPiece (a preset's tokenizer may not).
+        strip_accents: strip accents before WordPiece.
 
     Returns:
         A ``PretrainingData`` describing the written files.
@@ -128,6 +132,11 @@ def create_pretraining_data(
     config = _run_config(
         input_paths, vocab_file, vocabulary_size, options, dupe_factor, num_output_shards, seed
     )
+    # Recorded only when not the default, so that manifests written before stay the same.
+    if not lowercase:
+        config["lowercase"] = False
+    if not strip_accents:
+        config["strip_accents"] = False
     return _create(
         input_paths,
         output_dir,
@@ -278,7 +287,12 @@ def _create(input_paths, output_dir, config, options, num_workers, progress):
     else:
         vocab_file = config["vocab_file"]
         vocabulary = vocab_lib.load_vocabulary(vocab_file)
-    documents = instances.tokenize_documents(documents, vocab_lib.make_tokenizer(vocabulary))
+    tokenizer = vocab_lib.make_tokenizer(
+        vocabulary,
+        lowercase=config.get("lowercase", True),
+        strip_accents=config.get("strip_accents", True),
+    )
+    documents = instances.tokenize_documents(documents, tokenizer)
     if len(documents) < 2:
         raise ValueError(
             f"input_files {input_paths} hold {len(documents)} non-empty document(s); random "

@@ -136,11 +136,13 @@ def replacement_token_ids(vocabulary):
     return [token_id for token_id, token in enumerate(vocabulary) if token not in special]
 
 
-def make_tokenizer(vocabulary):
-    """Returns the uncased keras-hub ``WordPieceTokenizer`` for ``vocabulary`` (a list of tokens).
+def make_tokenizer(vocabulary, lowercase=True, strip_accents=True):
+    """Returns the keras-hub ``WordPieceTokenizer`` for ``vocabulary`` (a list of tokens),
+    uncased by default.
 
     Lowercasing and accent stripping match how ``build_vocabulary`` learns, and the uncased
-    google-research/bert vocabulary.
+    google-research/bert vocabulary; a preset's tokenizer may set them otherwise
+    (`preset_tokenization`).
     """
     try:
         import keras_hub
@@ -148,7 +150,50 @@ def make_tokenizer(vocabulary):
         raise _extras.missing_extra("a WordPiece tokenizer", "bert", error) from error
     return keras_hub.tokenizers.WordPieceTokenizer(
         vocabulary=list(vocabulary),
-        lowercase=True,
-        strip_accents=True,
+        lowercase=lowercase,
+        strip_accents=strip_accents,
         oov_token=UNK_TOKEN,
     )
+
+
+def preset_tokenization(preset):
+    """How a keras-hub BERT preset directory tokenizes, read by keras-hub's
+    `BertTokenizer.from_preset`: ``{"vocab_file", "lowercase", "strip_accents"}``, the file its
+    assets hold (checked to be the tokenizer's vocabulary) and its casing settings.
+
+    Raises:
+        ValueError: ``preset`` is not a directory with a BERT tokenizer, or its assets hold no
+            ``vocabulary.txt`` equal to the tokenizer's vocabulary.
+    """
+    if not os.path.isfile(os.path.join(str(preset), "tokenizer.json")):
+        raise ValueError(
+            f"preset {preset!r} is not a keras-hub preset directory with a tokenizer "
+            "(no tokenizer.json in it)"
+        )
+    try:
+        import keras_hub
+    except ModuleNotFoundError as error:
+        raise _extras.missing_extra("a keras-hub preset", "bert", error) from error
+    tokenizer = keras_hub.models.BertTokenizer.from_preset(str(preset))
+    path = os.path.join(str(preset), "assets", "tokenizer", "vocabulary.txt")
+    if not os.path.isfile(path) or load_vocabulary(path) != list(tokenizer.get_vocabulary()):
+        raise ValueError(
+            f"preset {preset!r} holds no assets/tokenizer/vocabulary.txt equal to its "
+            "tokenizer's vocabulary"
+        )
+    return {
+        "vocab_file": path,
+        "lowercase": bool(tokenizer.lowercase),
+        "strip_accents": bool(tokenizer.strip_accents),
+    }
+
+
+def first_difference(vocabulary, other):
+    """``(id, token, other token)`` of the first id where two vocabularies differ (a token
+    is None past a vocabulary's end), or None when they are equal."""
+    for token_id in range(max(len(vocabulary), len(other))):
+        token = vocabulary[token_id] if token_id < len(vocabulary) else None
+        other_token = other[token_id] if token_id < len(other) else None
+        if token != other_token:
+            return token_id, token, other_token
+    return None

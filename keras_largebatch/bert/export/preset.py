@@ -87,7 +87,7 @@ def export_preset(run_dir, preset_dir, step=None, sequence_length=None, log=None
         )
     log(f"exporting global step {global_step} of {run_dir} ({checkpoint})")
     pretrainer.load_weights(checkpoint)
-    tokenizer = _tokenizer(vocabulary)
+    tokenizer = _tokenizer(vocabulary, config)
     exported = {
         "preset_dir": preset_dir,
         "run_dir": run_dir,
@@ -143,13 +143,18 @@ def _build_pretrainer(config, vocabulary):
     return recipe.build_model(config, config.model.vocabulary_size or len(vocabulary))
 
 
-def _tokenizer(vocabulary):
-    """A `BertTokenizer` that tokenizes raw text as pretraining did."""
+def _tokenizer(vocabulary, config):
+    """A `BertTokenizer` that tokenizes raw text as pretraining did: uncased, or as the
+    ``model.preset`` of a continued run does (its records were made with its settings)."""
     import keras_hub
 
     from keras_largebatch.bert.data import vocab as vocab_lib
 
-    pretraining = vocab_lib.make_tokenizer(vocabulary)
+    casing = {}
+    if config.model.preset is not None:
+        casing = vocab_lib.preset_tokenization(config.model.preset)
+        del casing["vocab_file"]
+    pretraining = vocab_lib.make_tokenizer(vocabulary, **casing)
     return keras_hub.models.BertTokenizer(
         vocabulary=list(vocabulary),
         lowercase=pretraining.lowercase,

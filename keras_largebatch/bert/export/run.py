@@ -49,7 +49,8 @@ def read_pretraining_config(run_dir):
 
 
 def vocabulary_file(config):
-    """The vocabulary the run tokenized its text with: ``data.vocab_file``, else the one built
+    """The vocabulary the run tokenized its text with: ``data.vocab_file``, else that of the
+    ``model.preset`` or ``model.init_checkpoint`` it started from, else the one built
     for the default corpus's records of its first phase that read them (under
     ``OUTPUT_DIR/data``, where `keras_largebatch.bert.pretraining.recipe.prepare_data` creates
     them).
@@ -69,9 +70,18 @@ def vocabulary_file(config):
                 "relative path is read from the current directory)"
             )
         return config.data.vocab_file
+    from keras_largebatch.bert.pretraining import initial_weights
+
+    start = initial_weights.starting_point(config.model)
+    if start is not None:
+        # Pretraining checked that the records use the vocabulary of the weights it started from.
+        return start.vocabulary_file()
     for phase in config.phases:
         if phase.input_files is None:
-            path = os.path.join(phase.default_data_dir(config.output_dir), VOCABULARY_FILENAME)
+            path = os.path.join(
+                phase.default_data_dir(config.output_dir, config.data.dynamic_masking),
+                VOCABULARY_FILENAME,
+            )
             if not tf.io.gfile.exists(path):
                 raise ValueError(
                     f"the run's default-corpus vocabulary {path!r} does not exist; the "

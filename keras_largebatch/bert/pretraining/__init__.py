@@ -47,7 +47,9 @@ def pretrain(config, callbacks=(), log=None):
         ``examples_per_second`` (training throughput of this process, compilation excluded),
         ``initial`` and ``final`` (the first and last logging window's loss and accuracies),
         ``phases`` (per phase: steps, sequence length, batch, throughput), ``strategy``,
-        ``model_size``, ``optimizer``, ``resumed_from_step``, ``wall_time_seconds``,
+        ``model_size`` (null with a ``model.preset`` or ``model.init_checkpoint``),
+        ``initialized_from`` (that start, or null), ``optimizer``, ``resumed_from_step``,
+        ``wall_time_seconds``,
         ``checkpoint``.
 
     Raises:

@@ -26,6 +26,7 @@ from typing import ClassVar, Optional
 from keras_largebatch import _checks
 from keras_largebatch.bert.data.defaults import (
     DEFAULT_CORPUS_DUPE_FACTOR,
+    DEFAULT_MASKED_LM_PROB,
     DEFAULT_MAX_PREDICTIONS_PER_SEQ,
     DEFAULT_MAX_SEQ_LENGTH,
     DEFAULT_SEED,
@@ -71,9 +72,10 @@ BERT_EXCLUSIONS = ("layer_norm", "bias")
 
 @dataclasses.dataclass
 class ModelConfig:
-    """The BERT model: a named size, optionally with single dimensions changed."""
+    """The BERT model: a named size, optionally with single dimensions changed, or the
+    architecture and weights of a keras-hub preset (continued pretraining)."""
 
-    size: str = "tiny"  # one of tiny, mini, small, medium, base, large (google-research/bert)
+    size: Optional[str] = None  # tiny ... large (google-research/bert); None: tiny, or the preset's
     vocabulary_size: Optional[int] = None  # None: the size of the data's vocabulary file
     num_layers: Optional[int] = None  # None: the size's number of transformer layers
     hidden_dim: Optional[int] = None  # None: the size's hidden width
@@ -81,10 +83,17 @@ class ModelConfig:
     intermediate_dim: Optional[int] = None  # None: 4 x hidden_dim
     dropout: float = 0.1  # dropout rate of the backbone
     max_sequence_length: Optional[int] = None  # position embeddings; None: longest phase
+    preset: Optional[str] = None  # keras-hub BERT preset dir: architecture and weights to start
+    init_checkpoint: Optional[str] = None  # a pretraining run dir or its .weights.h5 to start
+
+    def size_name(self):
+        """The named size the dimensions start from: ``size``, or tiny when it is None."""
+        return self.size or "tiny"
 
     def dimensions(self):
-        """``(num_layers, hidden_dim, num_heads, intermediate_dim)`` after the overrides."""
-        size = MODEL_SIZES[self.size]
+        """``(num_layers, hidden_dim, num_heads, intermediate_dim)`` after the overrides (of
+        the named size; a preset's are in its config, `recipe.preset_architecture`)."""
+        size = MODEL_SIZES[self.size_name()]
         num_layers = self.num_layers or size["num_layers"]
         hidden_dim = self.hidden_dim or size["hidden_dim"]
         num_heads = self.num_heads or size["num_heads"]
@@ -110,13 +119,13 @@ class PhaseConfig(training_config.PhaseConfig):
     power: float = 1.0  # decay power (1.0 in the LAMB paper, 0.5 in NVIDIA's recipe)
     input_files: Optional[list[str]] = None  # record globs; None: the default corpus's records
 
-    def default_data_dir(self, output_dir):
+    def default_data_dir(self, output_dir, dynamic_masking=False):
         """Where a run in ``output_dir`` keeps this phase's records of the default corpus
         (`pretraining_data.create_default_pretraining_data`), by their length and
-        predictions: ``output_dir/data/seq128-pred20``."""
-        return os.path.join(
-            output_dir, "data", f"seq{self.seq_length}-pred{self.max_predictions_per_seq}"
-        )
+        predictions: ``output_dir/data/seq128-pred20``, ``-dynamic`` after it for the unmasked
+        records of dynamic masking."""
+        name = f"seq{self.seq_length}-pred{self.max_predictions_per_seq}"
+        return os.path.join(output_dir, "data", name + ("-dynamic" if dynamic_masking else ""))
 
     def validate(self, key):
         _checks.check_integer(f"{key}.seq_length", self.seq_length, low=5)
@@ -189,6 +198,9 @@ class DataConfig:
     shuffle_buffer_size: int = 10000  # records of each shuffled window of the training order
     cycle_length: int = 8  # record files read at once, interleaved
     seed: int = DEFAULT_SEED  # seed of the default records and of the training order
+    dynamic_masking: bool = False  # mask every batch anew in the input pipeline (unmasked records)
+    whole_word_mask: bool = False  # with dynamic_masking: mask whole words (a token and its ##s)
+    masked_lm_prob: float = DEFAULT_MASKED_LM_PROB  # fraction of tokens dynamic masking masks
 
 
 @dataclasses.dataclass
@@ -203,7 +215,18 @@ class PretrainConfig(training_config.RunConfig):
 
     def validate(self):
         """Checks values and relations between fields; raises naming the field. Returns self."""
-        _checks.check_choice("model.size", self.model.size, tuple(MODEL_SIZES))
+        if self.model.size is not None:
+            _checks.check_choice("model.size", self.model.size, tuple(MODEL_SIZES))
+        if self.model.preset is not None and self.model.init_checkpoint is not None:
+            raise ValueError(
+                f"model.preset={self.model.preset!r} and model.init_checkpoint="
+                f"{self.model.init_checkpoint!r} both name the weights to start from; give one"
+            )
+        if self.model.preset is not None and "://" in str(self.model.preset):
+            raise ValueError(
+                f"model.preset must be a local directory (keras-hub reads presets with local "
+                f"file I/O here), got {self.model.preset!r}"
+            )
         _checks.check_choice("optimizer.name", self.optimizer.name, OPTIMIZER_NAMES)
         super().validate()
         for name in (
@@ -225,6 +248,22 @@ class PretrainConfig(training_config.RunConfig):
         _checks.check_integer("data.dupe_factor", self.data.dupe_factor, low=1)
         _checks.check_integer("data.shuffle_buffer_size", self.data.shuffle_buffer_size, low=1)
         _checks.check_integer("data.cycle_length", self.data.cycle_length, low=1)
+        _checks.check_bool("data.dynamic_masking", self.data.dynamic_masking)
+        _checks.check_bool("data.whole_word_mask", self.data.whole_word_mask)
+        _checks.check_number(
+            "data.masked_lm_prob",
+            self.data.masked_lm_prob,
+            low=0,
+            high=1,
+            low_open=True,
+            high_open=True,
+        )
+        if self.data.whole_word_mask and not self.data.dynamic_masking:
+            raise ValueError(
+                "data.whole_word_mask=true masks in the input pipeline, which needs "
+                "data.dynamic_masking=true; for records masked when written, make them with "
+                "keras-largebatch-create-data --whole-word-mask instead"
+            )
         self.optimizer.validate()
         for index, phase in enumerate(self.phases):
             if phase.input_files is None and "://" in str(self.output_dir):
@@ -234,6 +273,13 @@ class PretrainConfig(training_config.RunConfig):
                     f"phases.{index}.input_files is null, so the default corpus's records would "
                     f"be created under output_dir {self.output_dir!r}, which must then be local; "
                     f"give phases.{index}.input_files for a remote output_dir"
+                )
+            if phase.input_files is None and self.model.preset is not None:
+                raise ValueError(
+                    f"phases.{index}.input_files is null with model.preset="
+                    f"{self.model.preset!r}: the default corpus builds its own vocabulary, "
+                    "and the preset's model needs records of its vocabulary (keras-largebatch-"
+                    "create-data --preset PRESET_DIR writes them); give input_files"
                 )
         longest = max(phase.seq_length for phase in self.phases)
         if self.model.max_sequence_length is not None and self.model.max_sequence_length < longest:

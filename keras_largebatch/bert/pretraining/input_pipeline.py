@@ -67,6 +67,7 @@ def make_pretraining_dataset(
     start_batch=0,
     record_counts=None,
     batches_per_step=1,
+    whole_word_mask=False,
 ):
     """Returns a ``tf.data.Dataset`` of pretraining batches (structure in the module docstring).
 
@@ -105,6 +106,8 @@ def make_pretraining_dataset(
         batches_per_step: this pipeline's batches in one optimizer step (its replicas times
             the gradient accumulation steps), over which ``masked_lm_step_share`` is counted;
             ``start_batch`` must be a multiple of it.
+        whole_word_mask: with ``dynamic_masking``, mask whole words (a token and its ``##``
+            continuations), never part of one (`masking.whole_word_positions`).
 
     Raises:
         TypeError: for an argument of the wrong type.
@@ -129,6 +132,12 @@ def make_pretraining_dataset(
     masking.check_masked_lm_prob(masked_lm_prob)
     check_bool("is_training", is_training)
     check_bool("dynamic_masking", dynamic_masking)
+    check_bool("whole_word_mask", whole_word_mask)
+    if whole_word_mask and not dynamic_masking:
+        raise ValueError(
+            "whole_word_mask=True masks in the pipeline, which needs dynamic_masking=True; "
+            "records masked when written take create-data --whole-word-mask instead"
+        )
     check_optional_integer("seed", seed)
     files = resolve_record_files(file_patterns)
     dynamic_masker = None
@@ -138,7 +147,7 @@ def make_pretraining_dataset(
                 "dynamic_masking=True needs vocabulary (a token list or vocabulary file), got None"
             )
         dynamic_masker = masking.DynamicMasking.from_vocabulary(
-            vocabulary, masked_lm_prob, max_predictions_per_seq
+            vocabulary, masked_lm_prob, max_predictions_per_seq, whole_word_mask
         )
     feature_names = check_record_file(
         files[0], seq_length, max_predictions_per_seq, dynamic_masking

@@ -12,6 +12,9 @@ computes its own loss and metrics, so it is compiled with an optimizer only:
 `keras.distribution.ModelParallel`.
 """
 
+import json
+import os
+
 import keras
 from keras import ops
 
@@ -93,6 +96,47 @@ def bert_backbone(
         num_segments=2,
         dtype=dtype,
     )
+
+
+def backbone_from_preset(preset, dropout=0.1, dtype=None, load_weights=False):
+    """The `keras_hub.models.BertBackbone` of a preset directory on disk (keras-hub's own
+    loader, so nothing is downloaded): its architecture, with its weights when
+    ``load_weights``; ``dropout`` and ``dtype`` (a policy name or None for the global policy)
+    replace the preset's."""
+    return keras_hub.models.BertBackbone.from_preset(
+        preset, load_weights=load_weights, dropout=dropout, dtype=dtype
+    )
+
+
+def load_preset_weights(pretrainer, preset):
+    """Sets ``pretrainer``'s backbone to the weights of ``preset``, and its masked-LM head to
+    the preset's where the preset holds a `keras_hub.models.BertMaskedLM` task with weights
+    (``task.json`` and ``task.weights.h5``); the next-sentence head keeps its own.
+
+    Returns True when the masked-LM head was loaded too.
+    """
+    backbone = pretrainer.backbone
+    loaded = backbone_from_preset(preset, dtype=backbone.dtype_policy.name, load_weights=True)
+    backbone.set_weights(loaded.get_weights())
+    if not _has_masked_lm_task(preset):
+        return False
+    task = keras_hub.models.BertMaskedLM.from_preset(
+        preset, dtype=backbone.dtype_policy.name, preprocessor=None
+    )
+    # BertMaskedLM's head ties its output projection to the token embedding, as ours does:
+    # its own weights are the dense layer, the layer norm and the output bias.
+    pretrainer.get_layer("mlm_head").set_weights(task.masked_lm_head.get_weights())
+    return True
+
+
+def _has_masked_lm_task(preset):
+    task_config = os.path.join(preset, "task.json")
+    if not os.path.isfile(os.path.join(preset, "task.weights.h5")) or not os.path.isfile(
+        task_config
+    ):
+        return False
+    with open(task_config, encoding="utf-8") as stream:
+        return json.load(stream).get("class_name") == "BertMaskedLM"
 
 
 def layout_map(device_mesh):

@@ -4,6 +4,7 @@
 command around both.
 """
 
+import dataclasses
 import os
 
 import tensorflow as tf
@@ -11,7 +12,7 @@ import tensorflow as tf
 from keras_largebatch import input_order
 from keras_largebatch.bert.data import manifest, pretraining_data
 from keras_largebatch.bert.data import vocab as vocab_lib
-from keras_largebatch.bert.pretraining import input_pipeline
+from keras_largebatch.bert.pretraining import initial_weights, input_pipeline
 from keras_largebatch.bert.pretraining import model as model_lib
 from keras_largebatch.schedules import WarmupPolynomialDecay
 from keras_largebatch.training.optimizer_factory import create_optimizer
@@ -49,11 +50,33 @@ class BertPretraining(Recipe):
         self.record_counts = None
 
     def prepare(self, plan, log, record_counts):
+        start = initial_weights.starting_point(self.config.model, log)
+        if start is not None:
+            initial_weights.check_architecture(self.config, start)
         self.record_files, self.vocab_file = prepare_data(self.config, log)
+        if start is not None:
+            self.vocab_file = initial_weights.check_vocabulary(
+                self.config, start, self.record_files
+            )
+        if self.config.data.dynamic_masking and self.vocab_file is None:
+            raise ValueError(
+                "data.dynamic_masking=true masks with the records' vocabulary: give "
+                "data.vocab_file (model.vocabulary_size alone does not say which token is which)"
+            )
         self.record_counts = manifest.manifests_first(record_counts)
 
     def vocabulary_size(self):
+        start = initial_weights.starting_point(self.config.model)
+        if start is not None:
+            return start.architecture()["vocabulary_size"]
         return self.config.model.vocabulary_size or len(vocab_lib.load_vocabulary(self.vocab_file))
+
+    def initialize(self, model):
+        """With ``model.preset`` or ``model.init_checkpoint``, their weights; a resumed run
+        never comes here, it restores its own checkpoint."""
+        start = initial_weights.starting_point(self.config.model)
+        if start is not None:
+            start.load(model)
 
     def build_model(self):
         return build_model(self.config, self.vocabulary_size())
@@ -63,7 +86,9 @@ class BertPretraining(Recipe):
         ValueError unless that axis's size divides the widths it splits: the attention heads,
         the hidden features (of the token embedding) and the feed-forward width."""
         model_axis_size = device_mesh.shape[device_mesh.axis_names.index("model")]
-        _, hidden_dim, num_heads, intermediate_dim = self.config.model.dimensions()
+        _, hidden_dim, num_heads, intermediate_dim = initial_weights.model_dimensions(
+            self.config.model
+        )
         for key, value in (
             ("model.num_heads", num_heads),
             ("model.hidden_dim", hidden_dim),
@@ -72,7 +97,7 @@ class BertPretraining(Recipe):
             if value % model_axis_size:
                 raise ValueError(
                     f"strategy.model_axis_size={model_axis_size} must divide {key}={value} (of "
-                    f"model.size={self.config.model.size!r} and its overrides), which "
+                    f"{_architecture_source(self.config.model)}), which "
                     "model_parallel splits over the model axis"
                 )
         return model_lib.layout_map(device_mesh)
@@ -98,21 +123,56 @@ class BertPretraining(Recipe):
             start_batch=start_batch,
             record_counts=self.record_counts,
             batches_per_step=batches_per_step,
+            dynamic_masking=self.config.data.dynamic_masking,
+            vocabulary=self.vocab_file if self.config.data.dynamic_masking else None,
+            masked_lm_prob=self.config.data.masked_lm_prob,
+            whole_word_mask=self.config.data.whole_word_mask,
         )
 
     def phase_summary(self, phase):
         return {"seq_length": phase.settings.seq_length}
 
     def summary(self):
-        return {"model_size": self.config.model.size, "optimizer": self.config.optimizer.name}
+        start = initial_weights.starting_point(self.config.model)
+        return {
+            # A start's architecture has no named size.
+            "model_size": self.config.model.size_name() if start is None else None,
+            "initialized_from": None if start is None else start.name,
+            "optimizer": self.config.optimizer.name,
+        }
+
+
+def _architecture_source(model_config):
+    """Where the model's dimensions come from, for messages."""
+    start = initial_weights.starting_point(model_config)
+    if start is not None:
+        return start.name
+    return f"model.size={model_config.size_name()!r} and its overrides"
 
 
 def build_model(config, vocabulary_size):
-    """The `BertPretrainer` that ``config.model`` and ``config.mixed_precision`` describe."""
+    """The `BertPretrainer` that ``config.model`` and ``config.mixed_precision`` describe, its
+    weights random (with ``model.preset`` or ``model.init_checkpoint``, of their architecture:
+    `BertPretraining.initialize` loads their weights)."""
     model_config = config.model
+    if model_config.preset is not None:
+        backbone = model_lib.backbone_from_preset(
+            model_config.preset, dropout=model_config.dropout, dtype=config.mixed_precision
+        )
+        return model_lib.BertPretrainer(backbone)
+    if model_config.init_checkpoint is not None:
+        start = initial_weights.starting_point(model_config)
+        source = start.config
+        # The source run's architecture, trained with this run's dropout and precision.
+        source = dataclasses.replace(
+            source,
+            model=dataclasses.replace(source.model, dropout=model_config.dropout),
+            mixed_precision=config.mixed_precision,
+        )
+        return build_model(source, start.architecture()["vocabulary_size"])
     num_layers, hidden_dim, num_heads, intermediate_dim = model_config.dimensions()
     backbone = model_lib.bert_backbone(
-        model_config.size,
+        model_config.size_name(),
         vocabulary_size=vocabulary_size,
         max_sequence_length=(
             model_config.max_sequence_length or max(p.seq_length for p in config.phases)
@@ -171,13 +231,22 @@ def prepare_data(config, log):
             files = input_pipeline.resolve_record_files(phase.input_files)
             for path in files:
                 input_pipeline.check_record_file(
-                    path, phase.seq_length, phase.max_predictions_per_seq
+                    path,
+                    phase.seq_length,
+                    phase.max_predictions_per_seq,
+                    config.data.dynamic_masking,
                 )
             record_files[index] = files
     vocab_file = config.data.vocab_file
     if vocab_file is not None and not tf.io.gfile.exists(vocab_file):
         raise ValueError(f"data.vocab_file {vocab_file!r} does not exist")
-    if vocab_file is None and config.model.vocabulary_size is None and all(record_files):
+    if (
+        vocab_file is None
+        and config.model.vocabulary_size is None
+        and config.model.preset is None
+        and config.model.init_checkpoint is None
+        and all(record_files)
+    ):
         raise ValueError(
             "model.vocabulary_size is null and data.vocab_file is null: give one of them for "
             "records from input_files (the model's vocabulary must match the records' ids)"
@@ -186,7 +255,7 @@ def prepare_data(config, log):
         if record_files[index] is not None:
             continue
         data = pretraining_data.create_default_pretraining_data(
-            phase.default_data_dir(config.output_dir),
+            phase.default_data_dir(config.output_dir, config.data.dynamic_masking),
             max_seq_length=phase.seq_length,
             max_predictions_per_seq=phase.max_predictions_per_seq,
             vocabulary_size=config.data.vocabulary_size,
@@ -194,6 +263,8 @@ def prepare_data(config, log):
             seed=config.data.seed,
             overwrite=config.overwrite,
             progress=True,
+            dynamic_masking=config.data.dynamic_masking,
+            masked_lm_prob=config.data.masked_lm_prob,
         )
         log(
             f"phase {index + 1} data: {data.num_examples} examples in "
