@@ -21,6 +21,7 @@ from keras_largebatch.bert.pretraining import config as config_lib
 from keras_largebatch.bert.pretraining import model as model_lib
 from keras_largebatch.bert.pretraining import recipe as recipe_lib
 from keras_largebatch.training.plan import plan_run
+from tests.support.runs import run_on_jax
 
 WORDS = ["the", "dog", "cat", "runs", "sleeps", "big", "small", "red", "sun", "is", "."]
 VOCABULARY = list(vocab_lib.SPECIAL_TOKENS) + WORDS + ["##s"] + [f"w{i}" for i in range(16)]
@@ -202,6 +203,19 @@ def test_run_starts_from_the_preset_on_two_replicas_and_resumes_from_its_own_che
     assert (
         summary["model_size"] is None and summary["initialized_from"] == f"model.preset={preset!r}"
     )
+
+
+def test_run_starts_from_the_preset_on_two_jax_devices(preset, records, tmp_path):
+    pytest.importorskip("jax")
+    run = run_on_jax(
+        "tests.support.jax_training", "bert_preset", tmp_path, preset, records, timeout=600
+    )
+    assert run["start_minus_preset"] == 0.0
+    summary = run["summary"]
+    assert summary["strategy"]["backend"] == "jax"
+    assert summary["strategy"]["devices"] == ["cpu:0", "cpu:1"]
+    assert summary["global_steps"] == 2
+    assert summary["initialized_from"] == f"model.preset={preset!r}"
 
 
 def test_run_starts_from_another_runs_checkpoint(preset, records, resumed_run, tmp_path):

@@ -1,10 +1,11 @@
 """Runs of the trainer on the JAX backend, on one device and under DataParallel over two.
 
-Run by tests/training/test_jax_trainer.py, tests/bert/test_pretrain_jax.py and
-tests/vision/test_train_jax.py as
+Run by tests/training/test_jax_trainer.py, tests/bert/test_pretrain_jax.py,
+tests/bert/test_continued_pretraining.py and tests/vision/test_train_jax.py as
 
     KERAS_BACKEND=jax XLA_FLAGS=--xla_force_host_platform_device_count=2 JAX_PLATFORMS=cpu \
         python -m tests.support.jax_training {toy,bert,images} WORK_DIR [RECORD_FILE]
+        python -m tests.support.jax_training bert_preset WORK_DIR PRESET_DIR RECORD_FILE
 
 (a process holds one Keras backend, and the test process runs on TensorFlow). Each run writes
 its run directory under WORK_DIR; the last line printed is one JSON object: run name -> its
@@ -294,7 +295,55 @@ def image_runs(work_dir):
     return results
 
 
-MODES = {"toy": toy_runs, "bert": bert_runs, "images": image_runs}
+def bert_preset_run(work_dir, preset, record_file):
+    """A run from the keras-hub preset ``preset`` under DataParallel over 2 devices: its
+    summary, and the largest difference between the weights it started from and the preset's,
+    read back by keras-hub's own loader in this process (0.0 when it started from the preset)."""
+    import keras_hub
+
+    from keras_largebatch.bert import pretraining
+    from keras_largebatch.bert.pretraining import config as config_lib
+
+    phase = (
+        "{seq_length: 16, max_predictions_per_seq: 4, global_batch_size: 8, steps: 2, "
+        f"warmup_steps: 1, input_files: ['{record_file}']}}"
+    )
+    config = config_lib.load_config(
+        overrides=[
+            f"output_dir={os.path.join(work_dir, 'bert_preset')}",
+            f"model.preset={preset}",
+            "model.dropout=0.0",
+            f"phases=[{phase}]",
+            DATA_PARALLEL,
+        ]
+    )
+    started = {}
+
+    class RecordStart(keras.callbacks.Callback):
+        def on_train_begin(self, logs=None):
+            started["backbone"] = self.model.backbone.get_weights()
+            started["mlm_head"] = self.model.get_layer("mlm_head").get_weights()
+
+    summary = pretraining.pretrain(config, callbacks=[RecordStart()], log=lambda line: None)
+    reference = keras_hub.models.BertMaskedLM.from_preset(preset, preprocessor=None)
+    expected = {
+        "backbone": reference.backbone.get_weights(),
+        "mlm_head": reference.masked_lm_head.get_weights(),
+    }
+    difference = max(
+        float(np.max(np.abs(np.asarray(a) - np.asarray(b))))
+        for part in expected
+        for a, b in zip(started[part], expected[part], strict=True)
+    )
+    return {"summary": summary, "start_minus_preset": difference}
+
+
+MODES = {
+    "toy": toy_runs,
+    "bert": bert_runs,
+    "bert_preset": bert_preset_run,
+    "images": image_runs,
+}
 
 
 def main(argv):
