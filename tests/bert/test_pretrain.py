@@ -26,6 +26,7 @@ from keras_largebatch.training.optimizer_factory import decays
 from keras_largebatch.training.plan import plan_run
 from keras_largebatch.training.run_directory import SUMMARY_FILENAME
 from tests.support.bert_records import write_records
+from tests.support.multiworker import run_multi_worker
 
 REPOSITORY = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -300,22 +301,22 @@ _LINEAR_STEP = [
 ]
 
 
-def _linear_step(output_dir, records, accumulation=1, *overrides):
+def _linear_step(output_dir, record_files, accumulation=1, *overrides):
     phase = (
         "phases=[{seq_length: 16, max_predictions_per_seq: 4, global_batch_size: 8, "
         "steps: 1, warmup_steps: 0, peak_learning_rate: 1.0e-2, "
         f"gradient_accumulation_steps: {accumulation}, "
-        f"input_files: ['{records['varied']}']}}]"
+        f"input_files: [{', '.join(repr(str(path)) for path in record_files)}]}}]"
     )
     return pretrain_lib.pretrain(
-        _config(output_dir, records["varied"], phase, *_LINEAR_STEP, *overrides),
+        _config(output_dir, record_files[0], phase, *_LINEAR_STEP, *overrides),
         log=lambda line: None,
     )
 
 
 @pytest.fixture(scope="module")
 def linear_step_on_one_device(tmp_path_factory, records):
-    return _linear_step(tmp_path_factory.mktemp("linear"), records)
+    return _linear_step(tmp_path_factory.mktemp("linear"), [records["varied"]])
 
 
 def test_linear_step_batch_has_unequal_masked_counts(records):
@@ -338,7 +339,7 @@ def test_linear_step_batch_has_unequal_masked_counts(records):
 def test_gradient_accumulation_equals_the_full_batch(
     tmp_path, records, linear_step_on_one_device, accumulation
 ):
-    summary = _linear_step(tmp_path, records, accumulation)
+    summary = _linear_step(tmp_path, [records["varied"]], accumulation)
     assert summary["global_steps"] == 1
     # The weights only: the optimizer also holds the accumulators here.
     _assert_arrays_close(
@@ -356,7 +357,11 @@ def test_accumulation_on_two_replicas_equals_the_full_batch(
     # 2 micro-batches of 4, each split over 2 replicas: one input pipeline serves both
     # replicas, so every replica's micro-batch of 2 needs the whole step's masked count.
     summary = _linear_step(
-        tmp_path, records, 2, "strategy.name=mirrored", "strategy.devices=['/cpu:0', '/cpu:1']"
+        tmp_path,
+        [records["varied"]],
+        2,
+        "strategy.name=mirrored",
+        "strategy.devices=['/cpu:0', '/cpu:1']",
     )
     assert summary["strategy"]["num_replicas"] == 2
     _assert_arrays_close(
@@ -368,12 +373,62 @@ def test_accumulation_on_two_replicas_equals_the_full_batch(
     )
 
 
+def accumulate_on_workers(strategy, output_dir, record_files):
+    """Worker side: one step of 8 examples as 2 accumulated micro-batches on 2 workers, each
+    reading its own file of 4, so a worker's micro-batch of 2 needs the masked count of the
+    whole step, summed over both workers and both micro-batches."""
+    summary = _linear_step(output_dir, record_files, 2, "strategy.name=multi_worker")
+    arrays = _weights(summary) if strategy.cluster_resolver.task_id == 0 else {}
+    return {
+        "num_replicas": np.array(summary["strategy"]["num_replicas"]),
+        "global_steps": np.array(summary["global_steps"]),
+        **{name: value for name, value in arrays.items() if name.startswith("layers/")},
+    }
+
+
+def test_accumulation_on_two_workers_equals_the_full_batch(tmp_path, records):
+    # Each worker reads its own files: two files of 4 records, one step's examples in all,
+    # whatever order each pipeline shuffles them in. Their masked counts differ, so a loss
+    # normalized per worker would weigh the tokens of one worker's file more.
+    serialized = [record.numpy() for record in tf.data.TFRecordDataset(records["varied"])]
+    files = [str(tmp_path / "first.tfrecord"), str(tmp_path / "second.tfrecord")]
+    for path, part in zip(files, (serialized[:4], serialized[4:8])):
+        with tf.io.TFRecordWriter(path) as writer:
+            for record in part:
+                writer.write(record)
+    counts = [
+        sum(_masked_lm_weights(record) for record in part)
+        for part in (serialized[:4], serialized[4:8])
+    ]
+    assert counts[0] != counts[1], counts
+    on_one_device = _linear_step(tmp_path / "one_device", files)
+    chief, other = run_multi_worker(
+        accumulate_on_workers,
+        num_workers=2,
+        kwargs={"output_dir": str(tmp_path / "workers"), "record_files": files},
+        timeout=240,
+    )
+    assert int(chief["num_replicas"]) == int(other["num_replicas"]) == 2
+    assert int(chief["global_steps"]) == int(other["global_steps"]) == 1
+    weights = {name: value for name, value in chief.items() if name.startswith("layers/")}
+    _assert_arrays_close(weights, _weights(on_one_device), rtol=1e-5, atol=1e-7, prefix="layers/")
+
+
+def _masked_lm_weights(serialized):
+    example = tf.train.Example.FromString(serialized)
+    return sum(example.features.feature["masked_lm_weights"].float_list.value)
+
+
 def test_two_replicas_equal_one_device_in_a_step_linear_in_the_gradient(
     tmp_path, records, linear_step_on_one_device
 ):
     # LAMB with its trust ratio and clip, as above, is blind to a uniformly scaled gradient.
     summary = _linear_step(
-        tmp_path, records, 1, "strategy.name=mirrored", "strategy.devices=['/cpu:0', '/cpu:1']"
+        tmp_path,
+        [records["varied"]],
+        1,
+        "strategy.name=mirrored",
+        "strategy.devices=['/cpu:0', '/cpu:1']",
     )
     assert summary["strategy"]["num_replicas"] == 2
     _assert_arrays_close(
