@@ -11,7 +11,10 @@ imports TensorFlow; ``TF_CPP_MIN_LOG_LEVEL`` is set in the environment, so the s
 that tests start inherit it.
 """
 
+import gc
 import importlib.util
+import os
+import time
 
 NUM_LOGICAL_CPUS = 4
 
@@ -26,3 +29,39 @@ def pytest_configure(config):
     from keras_largebatch.distribute import configure_logical_cpus
 
     configure_logical_cpus(NUM_LOGICAL_CPUS)
+
+
+# With KERAS_LARGEBATCH_GC_LOG=PATH, every garbage collection of a test process that takes longer
+# than GC_LOG_SECONDS appends a line to PATH: its seconds, its generation and the test it ran in
+# (under pytest-xdist each worker process appends its own). A measurement aid for the suite's
+# time, off by default.
+GC_LOG_ENV = "KERAS_LARGEBATCH_GC_LOG"
+GC_LOG_SECONDS = 0.5
+_gc_state = {"test": "(collection)", "started": None}
+
+
+def _gc_callback(phase, info):
+    if phase == "start":
+        _gc_state["started"] = time.perf_counter()
+        return
+    if _gc_state["started"] is None:
+        return
+    seconds = time.perf_counter() - _gc_state["started"]
+    _gc_state["started"] = None
+    if seconds > GC_LOG_SECONDS:
+        with open(os.environ[GC_LOG_ENV], "a", encoding="utf-8") as log:
+            log.write(f"{seconds:.2f} s gen {info['generation']} {_gc_state['test']}\n")
+
+
+def pytest_sessionstart(session):
+    if os.environ.get(GC_LOG_ENV):
+        gc.callbacks.append(_gc_callback)
+
+
+def pytest_runtest_logstart(nodeid, location):
+    _gc_state["test"] = nodeid
+
+
+def pytest_sessionfinish(session, exitstatus):
+    if _gc_callback in gc.callbacks:
+        gc.callbacks.remove(_gc_callback)

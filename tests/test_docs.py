@@ -40,7 +40,9 @@ SESSION_TIMEOUT = 240
 INSTALL_COMMAND = (
     'python -m pip install -e ".[bert]" && python -m keras_largebatch.bert.pretraining'
 )
-TEST_COMMAND = 'python -m pip install -e ".[test]" && python -m pytest -q tests'
+TEST_COMMAND = (
+    'python -m pip install -e ".[test]" && python -m pytest -q -n 2 --dist loadfile tests'
+)
 # Named in the issue that asked for the reference: each must have an entry of its own.
 REQUIRED_ENTRIES = (
     "keras_largebatch.optimizers.trust_ratio.ExclusionRule",

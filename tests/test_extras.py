@@ -54,9 +54,16 @@ def test_setup_cfg_installs_what_the_messages_name():
     assert extras["study"] == {"tensorflow", "pyyaml", "matplotlib"}
     everything = set().union(*(extras[extra] for extra in ("bert", "vision", "plot", "study")))
     assert everything <= extras["test"]
-    assert {"pytest", "ruff", "jax", "torch", "papermill", "ipykernel", "nbformat"} <= extras[
-        "test"
-    ]
+    assert {
+        "pytest",
+        "pytest-xdist",
+        "ruff",
+        "jax",
+        "torch",
+        "papermill",
+        "ipykernel",
+        "nbformat",
+    } <= extras["test"]
 
 
 def test_missing_extra_error_names_the_extra_and_is_a_module_not_found_error():
