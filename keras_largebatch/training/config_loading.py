@@ -166,7 +166,11 @@ def _coerce(annotation, value, key):
     if origin is list:
         (item_type,) = typing.get_args(annotation)
         if not isinstance(value, list):
-            raise TypeError(f"{key} must be a list, got {value!r}")
+            example = value if isinstance(value, (str, int, float)) else "..."
+            raise TypeError(
+                f"{key} must be a list, got {value!r}; in YAML or an override it is written in "
+                f"brackets, quoted for the shell: '{key}=[{example}]'"
+            )
         return [_coerce(item_type, item, f"{key}.{index}") for index, item in enumerate(value)]
     if dataclasses.is_dataclass(annotation):
         return _build(annotation, value, key)

@@ -141,13 +141,19 @@ def test_bad_overrides_name_the_key_and_value(overrides, message):
         ("overwrite=maybe", r"overwrite must be true or false, got 'maybe'"),
         (
             "phases.0.input_files=a.tfrecord",
-            r"phases.0.input_files must be a list, got 'a.tfrecord'",
+            r"phases.0.input_files must be a list, got 'a.tfrecord'; in YAML or an override it "
+            r"is written in brackets, quoted for the shell: 'phases.0.input_files=\[a.tfrecord\]'",
         ),
     ],
 )
 def test_values_of_the_wrong_type_are_type_errors(override, message):
     with pytest.raises(TypeError, match=message):
         config_lib.load_config(overrides=[override])
+
+
+def test_the_list_override_a_type_error_suggests_is_accepted():
+    config = config_lib.load_config(overrides=["phases.0.input_files=[a.tfrecord]"])
+    assert config.phases[0].input_files == ["a.tfrecord"]
 
 
 def test_unknown_key_in_a_file(tmp_path):
