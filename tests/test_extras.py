@@ -73,8 +73,50 @@ def test_missing_extra_error_names_the_extra_and_is_a_module_not_found_error():
     assert isinstance(error, ModuleNotFoundError)
     assert str(error) == (
         "plotting a schedule needs the plot extra (No module named 'matplotlib'): "
-        'pip install "keras-largebatch[plot]"'
+        f'pip install -e "{ROOT}[plot]"'
     )
+
+
+class _Distribution:
+    """What importlib.metadata.distribution returns, as far as install_command reads it."""
+
+    def __init__(self, direct_url):
+        self.direct_url = direct_url
+
+    def read_text(self, name):
+        assert name == "direct_url.json"
+        return None if self.direct_url is None else json.dumps(self.direct_url)
+
+
+@pytest.mark.parametrize("wheel_exists", [True, False])
+def test_install_command_fits_how_the_package_was_installed(tmp_path, monkeypatch, wheel_exists):
+    # From a checkout (this one): the editable install of its directory.
+    assert _extras.install_command("bert") == f'pip install -e "{ROOT}[bert]"'
+    # Installed in site-packages, no setup.cfg above the package.
+    monkeypatch.setattr(_extras, "_PACKAGE_DIR", str(tmp_path / "site-packages" / "pkg"))
+    wheel = tmp_path / "dist" / "keras_largebatch-0.1.0-py3-none-any.whl"
+    if wheel_exists:
+        wheel.parent.mkdir()
+        wheel.write_bytes(b"")
+    installs = {
+        "wheel": {"url": wheel.as_uri(), "archive_info": {}},
+        "registry": None,  # pip writes no direct_url.json for the registry
+        "git": {"url": "https://example.invalid/repo.git", "vcs_info": {"vcs": "git"}},
+    }
+    found = {}
+    for name, direct_url in installs.items():
+        monkeypatch.setattr(
+            _extras.importlib.metadata,
+            "distribution",
+            lambda distribution, direct_url=direct_url: _Distribution(direct_url),
+        )
+        found[name] = _extras.install_command("plot")
+    registry = 'pip install "keras-largebatch[plot]"'
+    assert found == {
+        "wheel": f'pip install "{wheel}[plot]"' if wheel_exists else registry,
+        "registry": registry,
+        "git": registry,
+    }
 
 
 def test_command_exits_with_one_line_naming_every_missing_distribution(monkeypatch, capsys):
@@ -87,7 +129,7 @@ def test_command_exits_with_one_line_naming_every_missing_distribution(monkeypat
     assert exit_info.value.code == 2
     assert capsys.readouterr().err == (
         "keras-largebatch-pretrain: error: the command needs the bert extra (pyyaml, keras-hub "
-        'and tensorflow-text are not installed): pip install "keras-largebatch[bert]"\n'
+        f'and tensorflow-text are not installed): pip install -e "{ROOT}[bert]"\n'
     )
     present.update(["yaml", "keras_hub", "tensorflow_text"])
     assert _extras.exit_unless_installed("keras-largebatch-pretrain", "bert") is None
@@ -148,7 +190,7 @@ def test_command_without_its_extra_fails_in_one_line_before_any_work(
     assert result.returncode == 2, result.stderr[-3000:]
     assert result.stderr == (
         f"{prog}: error: the command needs the {extra} extra ({missing} not installed): "
-        f'pip install "keras-largebatch[{extra}]"\n'
+        f'pip install -e "{ROOT}[{extra}]"\n'
     )
     assert result.stdout == ""
     assert not output.exists()
@@ -184,7 +226,7 @@ def _library_outcomes(hidden, checks, tmp_path):
 def _error(name, feature, extra):
     return (
         f"MissingExtraError {name}: {feature} needs the {extra} extra (No module named "
-        f"'{name}'): pip install \"keras-largebatch[{extra}]\""
+        f"'{name}'): pip install -e \"{ROOT}[{extra}]\""
     )
 
 

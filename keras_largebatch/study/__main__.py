@@ -6,6 +6,7 @@ Parses the options and calls `runner.run_study` (or, with ``--report-only``,
 
 import sys
 
+from keras_largebatch import _extras
 from keras_largebatch._logging import quiet_tensorflow_logs
 from keras_largebatch.training import command
 
@@ -74,7 +75,7 @@ def main(argv=None):
             raise
         print(
             "error: the study draws its plots with matplotlib, which is not installed: "
-            "pip install 'keras-largebatch[study]'",
+            + _extras.install_command("study"),
             file=sys.stderr,
         )
         return 2

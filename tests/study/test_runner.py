@@ -15,6 +15,7 @@ from keras_largebatch.study import config as config_lib
 from keras_largebatch.study.runner import run_study
 from tests.study import fake_trials
 from tests.support.fashion_mnist_files import write_fashion_mnist
+from tests.support.runs import ROOT
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 PAGE = f"# The study\n\nBefore `{report.BEGIN}`.\n\n{report.BEGIN}\nold\n{report.END}\n\nAfter.\n"
@@ -188,7 +189,7 @@ def test_without_matplotlib_the_command_says_how_to_get_it(tmp_path, capsys, mon
     # Missing data too: were matplotlib not missed, the command would stop there, not train.
     argv = ["--preset", "tiny", "--data-dir", str(tmp_path / "none"), "--output-dir"]
     assert command.main([*argv, str(output_dir)]) == 2
-    assert "pip install 'keras-largebatch[study]'" in capsys.readouterr().err
+    assert f'pip install -e "{ROOT}[study]"' in capsys.readouterr().err
     assert not output_dir.exists()
 
 
