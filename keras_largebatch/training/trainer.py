@@ -275,22 +275,27 @@ class Trainer:
         if windows.step != phase.steps and self.summary.target is None:
             raise RuntimeError(
                 f"phase {phase.number} stopped at step {windows.step} of {phase.steps}: a "
-                "callback stopped training early; the newest checkpoint is in "
-                f"{self.run_directory.checkpoint_dir}"
+                "callback stopped training early; the newest checkpoint is "
+                f"{self.checkpoint or 'none (none was written)'}"
             )
         self.summary.end_phase(phase, self.recipe.phase_summary(phase))
 
-    def end_window(self, phase, step, steps, seconds, logs):
+    def end_window(self, phase, step, steps, seconds, logs, non_finite=0):
         """At the end of a logging window that trained ``steps`` optimizer steps of ``phase``
-        in ``seconds`` and ended at ``step``: records it, prints its progress line, evaluates
-        when due, writes its TensorBoard scalars and, when due, a checkpoint. Returns True
-        when the recipe's target is reached, which ends the run."""
+        in ``seconds`` and ended at ``step``, ``non_finite`` of its steps having been skipped by
+        our optimizers for a non-finite gradient: records it, prints its progress line,
+        evaluates when due, writes its TensorBoard scalars and, when due, a checkpoint. A
+        window whose every step had a non-finite gradient diverged (a LossScaleOptimizer's
+        overflows are not counted: they are its way of finding a scale). Returns True when the
+        recipe's target is reached or the window diverged, which ends the fit."""
         global_step = phase.first_global_step + step
         metrics = {name: float(value) for name, value in (logs or {}).items()}
         metrics["examples_per_second"] = steps * phase.global_batch_size / seconds
         self.summary.add_window(global_step, metrics, steps * phase.global_batch_size, seconds)
         self._log_progress(phase, step, global_step, metrics)
         reason = self.guard.check(metrics["loss"])
+        if reason is None and non_finite and not steps:
+            reason = f"every step of the window had a non-finite gradient ({non_finite} skipped)"
         if reason is not None:
             self._diverge(phase, step, global_step, reason)
             self.run_directory.write_scalars(global_step, metrics)
@@ -468,18 +473,35 @@ class _WindowEnds(keras.callbacks.Callback):
     def _optimizer_step(self):
         return int(keras.ops.convert_to_numpy(self.model.optimizer.iterations))
 
+    def _non_finite_skips(self):
+        """Our optimizers' count of the phase's steps skipped for a non-finite gradient."""
+        optimizer = self.model.optimizer
+        skipped = getattr(getattr(optimizer, "inner_optimizer", optimizer), "skipped_steps", None)
+        return int(host_value(skipped)) if skipped is not None else 0
+
     def on_epoch_begin(self, epoch, logs=None):
         self._window_start = time.perf_counter()
         self._window_first_step = self._optimizer_step()
+        self._window_first_skips = self._non_finite_skips()
 
     def on_epoch_end(self, epoch, logs=None):
+        # A step that applied nothing (our optimizers' skip of a non-finite gradient, or a
+        # LossScaleOptimizer's overflow) read its batches but left the step count behind. The
+        # count is brought level with the input here, so that the step keeps naming the input
+        # position: windows, checkpoints, the schedule and a resumed run's input stay aligned
+        # (as PyTorch and optax training loops count a skipped step as taken).
+        planned = self.params["steps"] // self.phase.gradient_accumulation_steps
+        skipped = planned - (self._optimizer_step() - self._window_first_step)
+        if skipped > 0:
+            self.model.optimizer.iterations.assign_add(skipped)
         self.step = self._optimizer_step()
         if self.trainer.end_window(
             self.phase,
             self.step,
-            self.step - self._window_first_step,
+            planned - max(skipped, 0),
             time.perf_counter() - self._window_start,
             logs,
+            non_finite=self._non_finite_skips() - self._window_first_skips,
         ):
             self.model.stop_training = True
 

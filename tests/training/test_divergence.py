@@ -13,6 +13,7 @@ import pytest
 import tensorflow as tf
 
 from keras_largebatch import input_order
+from keras_largebatch.optimizers import LAMB
 from keras_largebatch.training import trainer
 from keras_largebatch.training.config import DivergenceConfig
 from keras_largebatch.training.divergence import DivergenceGuard, TrainingDiverged
@@ -81,10 +82,13 @@ class _PoisonedRegression(ToyRegression):
     """The toy run whose first phase reads NaN targets in the batch at ``poisoned`` (an input
     position), or, with ``skipped``, never reads the input positions in it (the reference)."""
 
-    def __init__(self, config, poisoned=None, skipped=()):
+    def __init__(self, config, poisoned=None, skipped=(), value=float("nan")):
         super().__init__(config)
-        self.poisoned = poisoned
+        self.poisoned = (
+            () if poisoned is None else (poisoned,) if isinstance(poisoned, int) else poisoned
+        )
         self.skipped = set(skipped)
+        self.value = value
 
     def dataset(self, phase, batch_size, input_context, start_batch):
         dataset = super().dataset(phase, batch_size, input_context, start_batch)
@@ -95,11 +99,11 @@ class _PoisonedRegression(ToyRegression):
             dataset = dataset.filter(
                 lambda position, batch: tf.reduce_all(tf.not_equal(position, skipped))
             )
-        poisoned = -1 if phase.index or self.poisoned is None else self.poisoned
+        poisoned = tf.constant([-1, *(() if phase.index else self.poisoned)], tf.int64)
         return dataset.map(
             lambda position, batch: (
                 batch[0],
-                tf.where(position == poisoned, float("nan"), batch[1]),
+                tf.where(tf.reduce_any(position == poisoned), self.value, batch[1]),
             )
         )
 
@@ -173,3 +177,56 @@ def test_progress_lines_count_the_steps_the_optimizer_skipped(tmp_path):
     trainer.train(config, _CountingRegression(config), log=lines.append)
     (progress,) = [line for line in lines if line.startswith("phase 1 step 2/2")]
     assert "examples/s, 2 step(s) skipped (gradient not finite), " in progress
+
+
+class _Float16Regression(_PoisonedRegression):
+    """The poisoned toy run with its layers computing in float16, and LAMB skipping a step
+    whose gradient is not finite (as the harness's optimizer factory sets it)."""
+
+    def build_model(self):
+        return keras.Sequential(
+            [
+                keras.Input((4,)),
+                keras.layers.Dense(8, activation="tanh", name="hidden", dtype="mixed_float16"),
+                keras.layers.Dense(1, name="output", dtype="mixed_float16"),
+            ]
+        )
+
+    def build_optimizer(self, phase, model):
+        optimizer = super().build_optimizer(phase, model)
+        return LAMB.from_config({**optimizer.get_config(), "skip_non_finite_steps": True})
+
+
+def test_steps_that_applied_nothing_still_count_and_the_run_ends(tmp_path):
+    # Under mixed_float16 Keras's LossScaleOptimizer starts at a scale of 2**15, which
+    # overflows the float16 gradients of the first steps: it skips them (the step count stays)
+    # and halves the scale. Before, the phase then ended short and the run failed ("a callback
+    # stopped training early"); now a skipped step counts, so that windows, checkpoints, the
+    # schedule and a resumed run's input stay aligned with the input read.
+    config = load(tmp_path, "mixed_precision=mixed_float16")
+    summary = trainer.train(config, _Float16Regression(config))
+    assert summary["global_steps"] == 12 and "diverged" not in summary
+    files = sorted(path.name for path in (tmp_path / "checkpoints").glob("ckpt-*.weights.h5"))
+    assert files == ["ckpt-000000010.weights.h5", "ckpt-000000012.weights.h5"]
+    scales = [
+        value
+        for name, value in _final_arrays(summary).items()
+        if name.startswith("optimizer") and value.shape == () and value.dtype == np.float32
+    ]
+    assert any(0 < scale < 2**15 for scale in scales), scales
+
+
+def test_a_window_whose_every_gradient_is_not_finite_diverged(tmp_path):
+    # Targets of 1e6 overflow the float16 gradient (the float32 loss stays finite): LAMB skips
+    # steps 5 and 6, the whole third window, which read input positions 4 and 5.
+    config = load(tmp_path)
+    recipe = _Float16Regression(config, poisoned=(4, 5), value=1e6)
+    lines = []
+    with pytest.raises(TrainingDiverged) as raised:
+        trainer.train(config, recipe, log=lines.append)
+    good = tmp_path / "checkpoints" / "ckpt-000000004.weights.h5"
+    assert str(raised.value) == (
+        "the run diverged in phase 1 at step 6 (global 6): every step of the window had a "
+        f"non-finite gradient (2 skipped); the last good checkpoint is {good}"
+    )
+    assert any("phase 1 step 6/6" in line and "2 step(s) skipped" in line for line in lines)
