@@ -62,12 +62,15 @@ def _executed(notebook, root):
     _LOG.info("executing %s at smoke size for the site", notebook.name)
     with tempfile.TemporaryDirectory(prefix="notebook-") as work:
         output = pathlib.Path(work) / notebook.name
+        # Every directory parameter (OUTPUT_DIR, DATA_DIR ...) relative to a temporary working
+        # directory: nothing is written outside it, and the page shows no path of this machine.
+        directories = {name: name.lower() for name in _parameter_names(notebook, nbformat)}
         papermill.execute_notebook(
             str(notebook),
             str(output),
-            parameters={"SMOKE_TEST": True, "OUTPUT_DIR": str(pathlib.Path(work) / "outputs")},
+            parameters={"SMOKE_TEST": True, **directories},
             kernel_name="python3",
-            cwd=str(root),
+            cwd=work,
             progress_bar=False,
         )
         document = nbformat.read(str(output), as_version=4)
@@ -78,6 +81,19 @@ def _executed(notebook, root):
         nbformat.write(document, str(partial))
         os.replace(partial, executed)
     return executed
+
+
+def _parameter_names(notebook, nbformat):
+    """The names ending in ``_DIR`` that the notebook's parameters cell assigns."""
+    document = nbformat.read(str(notebook), as_version=4)
+    names = []
+    for cell in document.cells:
+        if cell.cell_type == "code" and "parameters" in cell.metadata.get("tags", []):
+            for line in cell.source.splitlines():
+                name = line.split("=", 1)[0].strip()
+                if "=" in line and name.isidentifier() and name.endswith("_DIR"):
+                    names.append(name)
+    return names
 
 
 # After mkdocs-jupyter's own on_files (priority 0), which wraps the notebooks it finds in the
