@@ -51,7 +51,8 @@ def test_setup_cfg_installs_what_the_messages_name():
     assert core == {"keras", "numpy"}
     for extra, modules in _extras.EXTRA_MODULES.items():
         assert extras[extra] == {_extras.DISTRIBUTIONS[module] for module in modules}, extra
-    assert extras["study"] == {"tensorflow", "pyyaml", "matplotlib"}
+    # The second edition's arms train keras-hub's ResNet and BERT.
+    assert extras["study"] == {"tensorflow", "pyyaml", "keras-hub", "tensorflow-text", "matplotlib"}
     everything = set().union(*(extras[extra] for extra in ("bert", "vision", "plot", "study")))
     assert everything <= extras["test"]
     assert {

@@ -1,0 +1,107 @@
+"""An arm's two plots: the seeds' steps to the target against batch size (log-log, with the
+pilot's fit and the perfect-scaling line), and each main cell's best steps after each trial of
+its search and refinement."""
+
+import math
+
+import numpy as np
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+
+from keras_largebatch import _files
+from keras_largebatch.study.arms import analysis
+from keras_largebatch.study.arms.spaces import OPTIMIZERS
+
+_COLOURS = {"nesterov": "tab:blue", "lars": "tab:orange", "adamw": "tab:green", "lamb": "tab:red"}
+
+
+def _save(figure, path):
+    FigureCanvasAgg(figure)
+    with _files.replacing(path, suffix=".png") as temporary:
+        figure.savefig(temporary, dpi=100)
+
+
+def _finite(values):
+    return [v for v in values if v is not None]
+
+
+def plot_steps(config, state, metric, path):
+    """Median steps to the target (seeds' range as bars) per optimizer and batch size."""
+    figure = Figure(figsize=(7, 5), layout="constrained")
+    axes = figure.add_subplot()
+    series = {}
+    for cell in state.pilot + state.main:
+        if cell.pending is not None:
+            continue
+        steps = analysis.seed_steps(cell, config, metric)
+        if not _finite(steps):
+            continue
+        series.setdefault((cell.optimizer, cell.stage), []).append((cell.batch_size, steps))
+    sizes = set()
+    for (optimizer, stage), points in sorted(series.items()):
+        xs = [size for size, _ in points]
+        sizes.update(xs)
+        medians = [np.median([math.inf if s is None else s for s in steps]) for _, steps in points]
+        lows = [min(_finite(steps)) for _, steps in points]
+        highs = [max(_finite(steps)) for _, steps in points]
+        finite = [m if math.isfinite(m) else np.nan for m in medians]
+        pilot = stage == "pilot"
+        axes.errorbar(
+            xs,
+            finite,
+            yerr=[
+                np.maximum(np.array(finite) - lows, 0),
+                np.maximum(np.array(highs) - np.array(finite), 0),
+            ],
+            marker="o",
+            markerfacecolor="none" if pilot else None,
+            linestyle=":" if pilot else "-",
+            color=_COLOURS[optimizer],
+            capsize=3,
+            label=f"{OPTIMIZERS[optimizer].label}{' (pilot)' if pilot else ''}: median of seeds, "
+            "bars their range",
+        )
+    fit = state.fit
+    if fit is not None and sizes and math.isfinite(fit.critical_batch_size):
+        grid = np.geomspace(min(sizes), max(sizes), 100)
+        axes.plot(
+            grid,
+            fit.minimum_steps * (1 + fit.critical_batch_size / grid),
+            color="grey",
+            linestyle="--",
+            label=f"pilot's fit, B_crit {fit.critical_batch_size:,.0f}",
+        )
+        axes.axvline(fit.critical_batch_size, color="grey", linewidth=0.8)
+    axes.set_xscale("log", base=2)
+    axes.set_yscale("log")
+    axes.set_xlabel("batch size")
+    axes.set_ylabel(f"steps to validation {metric} {config.target:g}")
+    axes.set_title(config.definition.label)
+    axes.legend(fontsize=8)
+    _save(figure, path)
+
+
+def plot_search(config, state, metric, path):
+    """Each main cell's best steps to the target after each trial (search, then refinement:
+    the dotted line between them)."""
+    sizes = state.batch_sizes or []
+    figure = Figure(figsize=(3 * max(len(sizes), 1), 3.2), layout="constrained")
+    grid = figure.subplots(1, max(len(sizes), 1), squeeze=False)[0]
+    for axes, size in zip(grid, sizes):
+        for cell in state.main:
+            if cell.batch_size != size or not cell.trial_rows:
+                continue
+            curve = analysis.best_so_far(cell, config, metric)
+            axes.step(
+                range(1, len(curve) + 1),
+                [c if math.isfinite(c) else np.nan for c in curve],
+                where="post",
+                color=_COLOURS[cell.optimizer],
+                label=OPTIMIZERS[cell.optimizer].label,
+            )
+        axes.axvline(config.search_trials + 0.5, color="grey", linestyle=":", linewidth=0.8)
+        axes.set_title(f"batch {size:,}")
+        axes.set_xlabel("trial")
+    grid[0].set_ylabel("best steps to the target so far")
+    grid[0].legend(fontsize=8)
+    _save(figure, path)

@@ -1,0 +1,128 @@
+"""An arm's report, written from its ledger: a Markdown fragment (the pilot's fit and the
+batch sizes it set, the criteria's verdict per batch size, every cell) and two plots (the
+seeds' steps to the target against batch size; each cell's best steps after each trial of
+its search)."""
+
+import math
+import os
+
+from keras_largebatch import _files
+from keras_largebatch.study import criteria
+from keras_largebatch.study.arms import analysis, measures
+from keras_largebatch.study.arms.spaces import OPTIMIZERS
+
+SUMMARY = "summary.md"
+STEPS_PLOT = "steps_to_target.png"
+SEARCH_PLOT = "search_progress.png"
+FILES = (SUMMARY, STEPS_PLOT, SEARCH_PLOT)
+
+
+def _steps(value):
+    return "not reached" if value is None or value == math.inf else f"{value:,.0f}"
+
+
+def _settings(settings):
+    return ", ".join(
+        f"{name} {value:.3g}" if isinstance(value, float) else f"{name} {value}"
+        for name, value in settings.items()
+    )
+
+
+def _cell_line(cell, config, metric):
+    label = OPTIMIZERS[cell.optimizer].label + (" (pilot)" if cell.stage == "pilot" else "")
+    if cell.pending is not None:
+        return f"| {label} | {cell.batch_size:,} | running | | | |"
+    steps = analysis.seed_steps(cell, config, metric)
+    finite = sorted(s for s in steps if s is not None)
+    median = _median(steps)
+    spread = f"{finite[0]:,}-{finite[-1]:,}" if finite else "none reached"
+    misses = sum(s is None for s in steps)
+    tests = [row[f"test_{metric}"] for row in cell.seed_rows if row[f"test_{metric}"] is not None]
+    test = f"{sorted(tests)[len(tests) // 2]:.4f}" if tests else ""
+    budget = (
+        cell.seed_rows[0]["step_budget"] if cell.seed_rows else config.step_budget(cell.batch_size)
+    )
+    note = (
+        f"; {misses} of {len(steps)} seeds not within the {budget:,}-step budget" if misses else ""
+    )
+    pruned = sum(row["stop"] == "pruned" for row in cell.trial_rows)
+    diverged = sum(row["stop"] == "diverged" for row in cell.trial_rows)
+    return (
+        f"| {label} | {cell.batch_size:,} | {_steps(median)} | {spread}{note} | {test} | "
+        f"{_settings(cell.best['settings'])} ({len(cell.trial_rows)} trials, {pruned} stopped "
+        f"once behind, {diverged} diverged) |"
+    )
+
+
+def _sizes(sizes):
+    return ", ".join(f"{size:,}" for size in sizes)
+
+
+def _median(steps):
+    numbers = sorted(math.inf if s is None else s for s in steps)
+    if not numbers:
+        return None
+    middle = len(numbers) // 2
+    if len(numbers) % 2:
+        return numbers[middle]
+    return (numbers[middle - 1] + numbers[middle]) / 2
+
+
+def markdown(config, state, metric):
+    """The report of an arm's ``state`` (`analysis.ArmState`)."""
+    arm = config.definition
+    layerwise, baseline = (OPTIMIZERS[arm.layerwise].label, OPTIMIZERS[arm.baseline].label)
+    quantity = "accuracy" if metric == measures.ACCURACY else "masked-LM loss"
+    target = f"validation {quantity} {config.target:g}"
+    lines = [f"**{arm.label}**: steps to {target}.", ""]
+    fit = state.fit
+    if fit is not None:
+        lines.append(
+            f"The pilot ({baseline} alone at batch {_sizes(config.pilot_batch_sizes)}) "
+            f"fits B_crit = {fit.critical_batch_size:,.0f} [{fit.low:,.0f}, {fit.high:,.0f}] "
+            f"(S_min {fit.minimum_steps:,.0f} steps; the interval resamples seeds and batch "
+            "sizes)."
+        )
+    if state.batch_sizes is not None:
+        lines.append(f"Main batch sizes: {_sizes(state.batch_sizes)} ({state.batch_note}).")
+    lines.append("")
+    ratios, by_outcome, steps = analysis.verdict(config, state, metric)
+    if ratios:
+        lines += [
+            f"| batch | R = {layerwise} / {baseline} | 95% interval | outcome |",
+            "|---:|---:|---|---|",
+        ]
+        for size, ratio in ratios.items():
+            lines.append(
+                f"| {size:,} | {ratio.ratio:.2f} | [{ratio.low:.2f}, {ratio.high:.2f}] | "
+                f"{ratio.outcome} |"
+            )
+        lines += [
+            "",
+            "**Verdict**: "
+            + "; ".join(
+                f"{name}: {_sizes(by_outcome[name]) or 'none'}" for name in criteria.OUTCOMES
+            )
+            + ".",
+            "",
+        ]
+    lines += [
+        f"| optimizer | batch | median steps | seeds' range | median test {metric} | "
+        "selected settings |",
+        "|---|---:|---:|---|---:|---|",
+    ]
+    for cell in state.pilot + state.main:
+        lines.append(_cell_line(cell, config, metric))
+    lines.append("")
+    return "\n".join(lines)
+
+
+def write_report(config, state, metric, output_dir):
+    """Writes `FILES` into ``output_dir``; returns their paths."""
+    from keras_largebatch.study.arms import plots
+
+    paths = [os.path.join(output_dir, name) for name in FILES]
+    _files.write_text(paths[0], markdown(config, state, metric))
+    plots.plot_steps(config, state, metric, paths[1])
+    plots.plot_search(config, state, metric, paths[2])
+    return paths

@@ -1,0 +1,144 @@
+"""An arm end to end: check everything, walk the protocol through the trials the ledger does
+not hold yet (the pilot, then the main cells it sets), write the report."""
+
+import os
+import time
+from typing import NamedTuple
+
+from keras_largebatch import _checks, _files
+from keras_largebatch._logging import ProgressLog
+from keras_largebatch.study import ledger
+from keras_largebatch.study.arms import analysis, measures, report
+from keras_largebatch.study.arms.config import ArmConfig, make_workload
+
+_progress = ProgressLog("study")
+
+
+class ArmOutcome(NamedTuple):
+    state: analysis.ArmState
+    trials_trained: int
+    report_paths: list
+
+
+def _rows_by_key(output_dir):
+    return {row["key"]: row for row in ledger.read_rows(output_dir)}
+
+
+def ledger_settings(config, workload, data):
+    return dict(
+        config.settings(),
+        workload_settings=workload.settings(),
+        data=data.fingerprint,
+        train_examples=data.train_examples,
+    )
+
+
+def run_arm(
+    config, output_dir, overwrite=False, run_trial=None, page=None, max_trials=None, workload=None
+):
+    """Runs ``config``'s arm (an `ArmConfig`) into ``output_dir``, continuing its ledger
+    (``overwrite`` starts over when the settings differ), then writes the report and, with
+    ``page``, the page's block for this arm (`update_page`). ``run_trial(trial, config,
+    workload, data)`` defaults to `trial.run_trial`; ``max_trials`` stops after that many
+    trials (the rest on the next call); ``workload`` defaults to the arm's
+    (`config.make_workload`). Every check runs before the first trial."""
+    config.validate()
+    if max_trials is not None:
+        _checks.check_integer("max_trials", max_trials, low=0)
+    if page is not None:
+        check_page(page, config.arm)
+    workload = workload or make_workload(config)
+    data = workload.load()
+    if config.batch_sizes is not None and config.batch_sizes[-1] > data.train_examples:
+        raise ValueError(
+            f"batch_sizes must be <= the {data.train_examples} training examples, got "
+            f"{config.batch_sizes[-1]}"
+        )
+    if config.pilot_batch_sizes[-1] > data.train_examples:
+        raise ValueError(
+            f"pilot_batch_sizes must be <= the {data.train_examples} training examples, got "
+            f"{config.pilot_batch_sizes[-1]}"
+        )
+    if run_trial is None:
+        from keras_largebatch.study.arms.trial import run_trial
+    rows, notes = ledger.prepare(
+        output_dir, ledger_settings(config, workload, data), overwrite, report_files=report.FILES
+    )
+    for note in notes:
+        _progress(note)
+    by_key = {row["key"]: row for row in rows}
+    metric = workload.metric
+    trained = 0
+    started = time.perf_counter()
+    while max_trials is None or trained < max_trials:
+        state = analysis.arm_state(config, by_key, metric, data.train_examples, interval=False)
+        trial = state.next_trial()
+        if trial is None:
+            break
+        _progress(
+            f"{config.arm} {trial.stage} {trial.optimizer} batch {trial.batch_size}: "
+            f"{trial.phase} {trial.index} seed {trial.seed} "
+            f"({time.perf_counter() - started:.0f} s so far)"
+        )
+        row = run_trial(trial, config, workload, data)
+        ledger.append_row(output_dir, row)
+        by_key[row["key"]] = row
+        trained += 1
+        reached = measures.steps_to_target(row["curve"], config.target, metric)
+        _progress(
+            f"  {row['stop']} after {row['steps_trained']} steps; target "
+            f"{'at step ' + str(reached) if reached else 'not reached'} ({row['seconds']:.0f} s)"
+        )
+    state = analysis.arm_state(config, by_key, metric, data.train_examples)
+    paths = report.write_report(config, state, metric, output_dir)
+    if page is not None:
+        update_page(page, config, state, metric)
+        paths.append(page)
+    return ArmOutcome(state, trained, paths)
+
+
+def report_only(output_dir, page=None):
+    """Writes the report of the arm in ``output_dir`` from its ledger and settings alone."""
+    settings = ledger.read_settings(output_dir)
+    settings.pop("workload_settings")
+    settings.pop("data")
+    train_examples = settings.pop("train_examples")
+    config = ArmConfig(**settings).validate()
+    metric = make_workload(config).metric
+    state = analysis.arm_state(config, _rows_by_key(output_dir), metric, train_examples)
+    paths = report.write_report(config, state, metric, output_dir)
+    if page is not None:
+        update_page(page, config, state, metric)
+        paths.append(page)
+    return paths
+
+
+def _markers(arm):
+    return f"<!-- study-arm {arm}: begin -->", f"<!-- study-arm {arm}: end -->"
+
+
+def check_page(page, arm):
+    """Raises unless the Markdown file ``page`` holds this arm's begin marker once and its
+    end marker once after it; returns its lines."""
+    begin, end = _markers(arm)
+    with open(page) as stream:
+        lines = stream.read().splitlines(keepends=True)
+    begins = [i for i, line in enumerate(lines) if line.strip() == begin]
+    ends = [i for i, line in enumerate(lines) if line.strip() == end]
+    if len(begins) != 1 or len(ends) != 1 or begins[0] > ends[0]:
+        raise ValueError(
+            f"{page} must hold the line {begin!r} once and, after it, the line {end!r} once; "
+            "the arm's report goes between them"
+        )
+    return lines, begins[0], ends[0]
+
+
+def update_page(page, config, state, metric):
+    """Replaces this arm's block of ``page`` by its report."""
+    lines, begin, end = check_page(page, config.arm)
+    text = report.markdown(config, state, metric)
+    _files.write_text(page, "".join(lines[: begin + 1]) + text + "".join(lines[end:]))
+
+
+def default_output_dir(arm, preset):
+    return os.path.join("runs", f"study-{arm}-{preset}")

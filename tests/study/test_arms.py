@@ -1,0 +1,284 @@
+"""The second edition's protocol, pilot, fit and verdict, on a fake workload whose steps to
+the target are known (McCandlish et al.'s model with a known B_crit), so every decision can
+be checked against the numbers that made it; then arm A end to end on its tiny preset."""
+
+import math
+import os
+
+import numpy as np
+import pytest
+
+from keras_largebatch.study import criteria, ledger
+from keras_largebatch.study.arms import analysis, measures, protocol, runner
+from keras_largebatch.study.arms.config import ArmConfig, preset
+from keras_largebatch.study.arms.spaces import OPTIMIZERS
+
+CRITICAL = 256
+MINIMUM_STEPS = 100
+
+
+class _Data:
+    fingerprint = "fake"
+    train_examples = 100_000
+
+
+class FakeWorkload:
+    metric = "accuracy"
+    decay_exclusions = ()
+    divergence_loss = 10.0
+
+    def settings(self):
+        return {"workload": "fake"}
+
+    def load(self):
+        return _Data()
+
+
+def fake_steps(trial, speedups):
+    """The steps a trial needs: S(B) = S_min (1 + B_crit / B), times a penalty for a rate
+    away from its range's centre (the best rate), divided by the optimizer's speed-up, times
+    a seed's noise (seed 0: none)."""
+    spec = OPTIMIZERS[trial.optimizer]
+    centre = spec.rate_dimension(trial.batch_size)
+    best = math.sqrt(centre.low * centre.high)
+    penalty = math.exp(abs(math.log10(trial.settings["learning_rate"] / best)))
+    noise = 1.0 if trial.seed == 0 else math.exp(0.03 * np.random.default_rng(trial.seed).normal())
+    ideal = MINIMUM_STEPS * (1 + CRITICAL / trial.batch_size)
+    return ideal * penalty * noise / speedups.get(trial.optimizer, 1.0)
+
+
+def fake_trainer(speedups=None, calls=None):
+    speedups = speedups or {}
+
+    def run_trial(trial, config, workload, data):
+        if calls is not None:
+            calls.append(trial)
+        needed = fake_steps(trial, speedups)
+        curve, stop = [], "budget"
+        steps = measures.evaluation_steps(
+            trial.step_budget, config.evaluation_growth, config.first_evaluation
+        )
+        if trial.stop_after is not None:
+            steps = sorted({s for s in steps if s < trial.stop_after} | {trial.stop_after})
+        for step in steps:
+            accuracy = 0.95 if step >= needed else 0.5
+            curve.append((step, accuracy, 0.3))
+            if accuracy >= config.target:
+                stop = "target"
+                break
+        else:
+            if trial.stop_after is not None:
+                stop = "pruned"
+        return {
+            "key": trial.key(),
+            "phase": trial.ledger_phase,
+            "optimizer": trial.optimizer,
+            "batch_size": trial.batch_size,
+            "step_budget": trial.step_budget,
+            "index": trial.index,
+            "seed": trial.seed,
+            "point": trial.point,
+            "settings": trial.settings,
+            "steps_trained": curve[-1][0],
+            "stop": stop,
+            "curve": curve,
+            "test_accuracy": 0.9 if trial.phase == protocol.SEEDS else None,
+            "test_loss": 0.3 if trial.phase == protocol.SEEDS else None,
+            "noise_scale": None,
+            "seconds": 0.0,
+        }
+
+    return run_trial
+
+
+def fake_config(**overrides):
+    fields = dict(
+        target=0.9,
+        pilot_batch_sizes=[64, 256, 1024, 4096],
+        multiples=[0.5, 2, 8, 32],
+        budget_examples=2_000_000,
+        min_steps=2000,
+        search_trials=4,
+        refinement_trials=2,
+        seeds=5,
+        pilot_seeds=3,
+        evaluation_growth=1.04,
+        bootstrap_samples=200,
+    )
+    fields.update(overrides)
+    return ArmConfig(**fields).validate()
+
+
+def run(config, output_dir, speedups=None, calls=None, **keywords):
+    return runner.run_arm(
+        config,
+        str(output_dir),
+        run_trial=fake_trainer(speedups, calls),
+        workload=FakeWorkload(),
+        **keywords,
+    )
+
+
+@pytest.fixture(scope="module")
+def equal_arm(tmp_path_factory):
+    directory = tmp_path_factory.mktemp("equal")
+    calls = []
+    outcome = run(fake_config(), directory, calls=calls)
+    return outcome, directory, calls
+
+
+def test_the_pilot_finds_the_critical_batch_size_and_sets_the_batch_sizes(equal_arm):
+    outcome, _, _ = equal_arm
+    fit = outcome.state.fit
+    # The steps are known to within the evaluation grid's 4%.
+    assert fit.critical_batch_size == pytest.approx(CRITICAL, rel=0.1)
+    assert fit.low <= fit.critical_batch_size <= fit.high
+    expected = sorted({2 ** round(math.log2(m * fit.critical_batch_size)) for m in (0.5, 2, 8, 32)})
+    assert outcome.state.batch_sizes == expected == [128, 512, 2048, 8192]
+    assert outcome.state.batch_note == "fitted"
+
+
+def test_identical_optimizers_tie_and_twice_as_fast_is_found_faster(equal_arm, tmp_path):
+    outcome, _, _ = equal_arm
+    config = fake_config()
+    _, by_outcome, _ = analysis.verdict(config, outcome.state, "accuracy")
+    assert by_outcome[criteria.TIE] == outcome.state.batch_sizes
+    faster = run(config, tmp_path, speedups={"lars": 2.0})
+    ratios, by_outcome, _ = analysis.verdict(config, faster.state, "accuracy")
+    assert by_outcome[criteria.LAYERWISE_FASTER] == faster.state.batch_sizes
+    for ratio in ratios.values():
+        assert ratio.ratio == pytest.approx(0.5, rel=0.06)
+    slower = run(config, tmp_path / "slower", speedups={"nesterov": 2.0})
+    _, by_outcome, _ = analysis.verdict(config, slower.state, "accuracy")
+    assert by_outcome[criteria.BASELINE_FASTER] == slower.state.batch_sizes
+
+
+def test_a_trial_behind_the_best_stops_where_the_best_reached_the_target(equal_arm):
+    outcome, _, calls = equal_arm
+    config = fake_config()
+    for cell in outcome.state.pilot + outcome.state.main:
+        best = math.inf
+        for row, trial in zip(
+            cell.trial_rows, [c for c in calls if c.key() in {r["key"] for r in cell.trial_rows}]
+        ):
+            assert trial.stop_after == (None if best == math.inf else best)
+            reached = measures.steps_to_target(row["curve"], config.target, "accuracy")
+            if reached is not None:
+                best = min(best, reached)
+            else:
+                assert row["stop"] == "pruned"
+                assert row["steps_trained"] == trial.stop_after
+
+
+def test_seeds_are_fresh_and_run_the_best_settings(equal_arm):
+    outcome, _, _ = equal_arm
+    for cell in outcome.state.main:
+        assert [row["seed"] for row in cell.seed_rows] == [1, 2, 3, 4, 5]
+        for row in cell.seed_rows:
+            assert row["point"] == cell.best["point"]
+        assert all(row["seed"] == 0 for row in cell.trial_rows)
+    for cell in outcome.state.pilot:
+        assert [row["seed"] for row in cell.seed_rows] == [1, 2, 3]
+
+
+def test_the_rate_range_is_centred_by_the_scaling_rule():
+    lars, nesterov = OPTIMIZERS["lars"], OPTIMIZERS["nesterov"]
+    for spec, exponent in ((lars, 0.5), (nesterov, 1.0)):
+        small, large = spec.rate_dimension(256), spec.rate_dimension(256 * 16)
+        assert large.low / small.low == pytest.approx(16**exponent)
+        assert large.high / large.low == pytest.approx(1000)
+
+
+def test_refinement_stays_near_the_best_point_and_inside_natural_ends():
+    config = fake_config(refinement_trials=8, refinement_width=0.125)
+    best = (0.5, 0.98, 0.01, 0.3, 0.7)
+    points = protocol.refinement_points(config, "lars", 256, best)
+    assert len(points) == 8
+    for point in points:
+        assert abs(point[0] - 0.5) <= 0.125
+        assert 0.98 - 0.125 <= point[1] <= 1.0  # 1 - momentum may not pass its range's top
+        assert 0.0 <= point[2] <= 0.01 + 0.125  # nor the warmup below 1 step
+        assert point[3:] == best[3:]
+
+
+def test_a_stopped_arm_resumes_to_the_same_ledger(equal_arm, tmp_path):
+    _, directory, _ = equal_arm
+    config = fake_config()
+    for _ in range(40):
+        outcome = run(config, tmp_path, max_trials=60)
+        if outcome.trials_trained == 0:
+            break
+    whole = ledger.read_rows(str(directory))
+    pieces = ledger.read_rows(str(tmp_path))
+    assert [row["key"] for row in pieces] == [row["key"] for row in whole]
+    assert [row["curve"] for row in pieces] == [row["curve"] for row in whole]
+
+
+def test_evaluation_steps_grow_geometrically_and_end_at_the_budget():
+    steps = measures.evaluation_steps(100, 1.5, 2)
+    assert steps == [2, 3, 5, 8, 12, 18, 27, 41, 62, 93, 100]
+    assert measures.evaluation_steps(3, 1.05, 5) == [3]
+
+
+def test_a_loss_target_is_reached_from_above():
+    curve = [(10, 0.1, 6.0), (20, 0.2, 4.5), (30, 0.3, 3.9)]
+    assert measures.steps_to_target(curve, 4.0, measures.LOSS) == 30
+    assert measures.steps_to_target(curve, 0.2, measures.ACCURACY) == 20
+    assert measures.rank(curve, 3.0, measures.LOSS) == (math.inf, pytest.approx(0.9))
+
+
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (dict(arm="resnet"), "arm must be one of"),
+        (dict(search_trials=6), "search_trials must be a power of 2"),
+        (dict(multiples=[2, 1]), "multiples must be ascending"),
+        (dict(pilot_batch_sizes=[64]), "pilot_batch_sizes must be an ascending list of at least 2"),
+        (dict(refinement_width=0.7), "refinement_width"),
+    ],
+)
+def test_bad_settings_are_refused_naming_the_field(overrides, message):
+    with pytest.raises(ValueError, match=message.replace("(", r"\(")):
+        ArmConfig(**overrides).validate()
+
+
+def test_a_page_without_the_arms_markers_is_refused_before_any_trial(tmp_path):
+    page = tmp_path / "page.md"
+    page.write_text("# no markers\n")
+    calls = []
+    with pytest.raises(ValueError, match="study-arm resnet_lars: begin"):
+        run(fake_config(), tmp_path / "out", calls=calls, page=str(page))
+    assert calls == []
+
+
+def test_arm_a_runs_end_to_end_on_its_tiny_preset(tmp_path):
+    pytest.importorskip("keras_hub")
+    page = tmp_path / "page.md"
+    page.write_text(
+        "# arms\n<!-- study-arm resnet_lars: begin -->\n<!-- study-arm resnet_lars: end -->\n"
+    )
+    config = preset("resnet_lars", "tiny")
+    outcome = runner.run_arm(config, str(tmp_path / "arm"), page=str(page))
+    rows = ledger.read_rows(str(tmp_path / "arm"))
+    # Pilot: 2 batch sizes x (1 search + 1 refinement + 1 seed); main: 1 batch size x 2
+    # optimizers x (1 + 1 + 2 seeds).
+    assert outcome.trials_trained == len(rows) == 14
+    assert {row["phase"] for row in rows} == {
+        f"{stage}-{phase}"
+        for stage in ("pilot", "main")
+        for phase in ("search", "refinement", "seed")
+    }
+    for row in rows:
+        assert row["curve"] and row["stop"] in ("target", "budget", "pruned", "diverged")
+        if row["phase"].endswith("seed") and row["stop"] != "diverged":
+            assert 0 <= row["test_accuracy"] <= 1
+    for path in outcome.report_paths:
+        assert os.path.getsize(path) > 0
+    text = page.read_text()
+    assert "LARS against Nesterov on a ResNet" in text and "Verdict" in text
+    summary = (tmp_path / "arm" / "summary.md").read_text()
+    # The report from the ledger alone is the same.
+    runner.report_only(str(tmp_path / "arm"))
+    assert (tmp_path / "arm" / "summary.md").read_text() == summary
+    # Done: a second call trains nothing.
+    assert runner.run_arm(config, str(tmp_path / "arm")).trials_trained == 0
