@@ -1,6 +1,7 @@
 """The analysis against values worked out by hand or by SciPy: seed spreads, the fit of
 S(B) = S_min (1 + B_crit / B) and its bootstrap interval, and the claim's criteria."""
 
+import itertools
 import math
 
 import numpy as np
@@ -196,3 +197,56 @@ def test_a_cell_reports_its_selected_trial_and_every_seed():
     assert result.validation_accuracy == analysis.spread([0.89, 0.88, 0.1])
     assert result.diverged_seeds == 1
     assert report._flags(result) == "1 of 3 seeds diverged"
+
+
+FULL_BATCH_SIZES = [64, 128, 256, 512, 1024, 2048, 4096]
+
+
+def identical_cells(generator, optimizers):
+    """Cells of optimizers that do not differ: at every batch size each seed reaches the target
+    in the same steps (the speed half of the refutation holds, so the accuracy half alone
+    decides) and ends at a test accuracy drawn i.i.d. from one normal distribution."""
+    accuracies = generator.normal(0.88, 0.003, size=(len(optimizers), len(FULL_BATCH_SIZES), 3))
+    return {
+        (name, size): cell([200, 200, 200], accuracy=tuple(accuracies[i, j]))
+        for i, name in enumerate(optimizers)
+        for j, size in enumerate(FULL_BATCH_SIZES)
+    }
+
+
+def test_the_refutation_almost_never_holds_for_two_identical_optimizers():
+    # The accuracy half fails at a batch size when the layer-wise median seed tops the
+    # baseline's best seed: when the two highest of six i.i.d. values are both the layer-wise
+    # optimizer's, 3/6 * 2/5 = 0.2. The rule asks it to hold at all 7 batch sizes: a pair is
+    # refuted with probability 0.8^7 = 0.210, both pairs with 0.8^14 = 0.044.
+    config = config_lib.preset("full", batch_sizes=FULL_BATCH_SIZES)
+    generator = np.random.default_rng(0)
+    draws = 2000
+    pairs_refuted = both_refuted = comparisons_failed = 0
+    for _ in range(draws):
+        items = analysis.verdicts(identical_cells(generator, config.optimizers), {}, config)
+        assert len(items) == 2 and all(item.faster_batch_sizes == [] for item in items)
+        pairs_refuted += sum(item.refuted for item in items)
+        both_refuted += all(item.refuted for item in items)
+        comparisons_failed += sum(len(item.more_accurate_batch_sizes) for item in items)
+    # Tolerances of 4 binomial standard deviations, sqrt(p (1 - p) / n): 0.0024 for the
+    # 28,000 comparisons, 0.0064 for the 4,000 pairs and 0.0046 for the 2,000 draws.
+    assert comparisons_failed / (2 * 7 * draws) == pytest.approx(0.2, abs=0.0096)
+    assert pairs_refuted / (2 * draws) == pytest.approx(0.8**7, abs=0.026)
+    assert both_refuted / draws == pytest.approx(0.8**14, abs=0.018)
+
+
+def test_the_accuracy_half_fails_for_one_ordering_of_six_seeds_in_five():
+    # Every way of dealing six distinct accuracies to the two optimizers' three seeds: the
+    # layer-wise median tops the baseline's best for exactly 0.2 of them.
+    config = config_lib.preset("full", optimizers=["adamw", "lamb"], batch_sizes=[1024])
+    failed = 0
+    orderings = list(itertools.permutations([0.871, 0.872, 0.873, 0.874, 0.875, 0.876]))
+    for accuracies in orderings:
+        cells = {
+            ("lamb", 1024): cell([200, 200, 200], accuracy=accuracies[:3]),
+            ("adamw", 1024): cell([200, 200, 200], accuracy=accuracies[3:]),
+        }
+        (item,) = analysis.verdicts(cells, {}, config)
+        failed += not item.refuted
+    assert failed * 5 == len(orderings) == 720

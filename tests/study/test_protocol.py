@@ -11,6 +11,7 @@ from keras_largebatch.study import ledger, measures, protocol, search, sobol
 from keras_largebatch.study.runner import run_study
 from tests.study import fake_trials
 from tests.support.fashion_mnist_files import write_fashion_mnist
+from tests.support.runs import ROOT
 
 
 @pytest.fixture
@@ -164,3 +165,24 @@ def test_a_study_killed_after_every_trial_ends_as_one_never_stopped(config, data
     assert [row["key"] for row in outcome.rows] == expected
     summary = (tmp_path / "killed" / "summary.md").read_text()
     assert summary == (tmp_path / "once" / "summary.md").read_text()
+
+
+def test_the_full_runs_seed_0_repeats_the_selected_trial_in_every_cell():
+    # Seed 0 of a cell's confirmations trains the selected trial's settings with the search's
+    # seed, 0: the same run again, its curve the search trial's up to where that one stopped
+    # (at the last target) and then on to the budget's end. Seed 0 of the committed ledger is
+    # not a fresh seed, and the study's page says so.
+    output_dir = ROOT / "docs" / "guides" / "study-full"
+    settings = ledger.read_settings(output_dir)
+    settings.pop("validation_split")
+    full = config_lib.StudyConfig(**settings).validate()
+    rows_by_key = {row["key"]: row for row in ledger.read_rows(output_dir)}
+    repeated = []
+    for batch_size in full.batch_sizes:
+        for optimizer in full.optimizers:
+            progress = protocol.walk_cell(full, optimizer, batch_size, rows_by_key)
+            seed_0 = progress.confirmations[0]
+            assert seed_0["seed"] == 0 and seed_0["step_budget"] == progress.best["step_budget"]
+            selected = progress.best["curve"]
+            repeated.append(seed_0["curve"][: len(selected)] == selected)
+    assert len(repeated) == 28 and all(repeated)
