@@ -149,13 +149,28 @@ _TINY_BERT = dict(corpus="python", num_layers=1, hidden_dim=16, num_heads=1, int
 
 PRESETS = {
     # The full run of each arm, sized by --estimate to the cost the study allows.
-    ("resnet_lars", "full"): ArmConfig(),
+    # The full run of each arm, sized by --estimate and a measured curve to fit the study's
+    # 10 CPU hours: multiples up to 8x B_crit, evaluations 10% apart on a 2,000-example
+    # validation split.
+    ("resnet_lars", "full"): ArmConfig(
+        workload=dict(validation_examples=2000),
+        target=0.87,
+        multiples=[0.5, 2, 8],
+        budget_examples=400_000,
+        min_steps=300,
+        evaluation_growth=1.1,
+        first_evaluation=10,
+    ),
     ("bert_lamb", "full"): ArmConfig(
         arm="bert_lamb",
         workload=dict(corpus="debian"),
         target=4.0,
         pilot_batch_sizes=[32, 128, 512, 2048],
-        budget_examples=2_000_000,
+        multiples=[0.5, 2, 8],
+        budget_examples=400_000,
+        min_steps=300,
+        evaluation_growth=1.1,
+        first_evaluation=10,
     ),
     # Both arms end to end on a few hundred examples, for the suite: the protocol's every
     # part (pilot, fit, search, refinement, seeds, report) once, in about a minute each.
