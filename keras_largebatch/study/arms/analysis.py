@@ -85,6 +85,7 @@ def fit_with_interval(steps_by_batch, samples, seed=0):
 
 
 def pilot_cells(config, rows_by_key, metric):
+    """The pilot's `protocol.Cell`s: the baseline at each of ``pilot_batch_sizes``."""
     baseline = config.definition.baseline
     return [
         protocol.walk_cell(config, protocol.PILOT, baseline, size, rows_by_key, metric)
@@ -133,6 +134,8 @@ def main_batch_sizes(config, fit, train_examples):
 
 
 def main_cells(config, batch_sizes, rows_by_key, metric):
+    """The main `protocol.Cell`s: at each of ``batch_sizes``, the layer-wise optimizer, then
+    the baseline."""
     arm = config.definition
     return [
         protocol.walk_cell(config, protocol.MAIN, name, size, rows_by_key, metric)

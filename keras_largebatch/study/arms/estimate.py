@@ -45,6 +45,8 @@ def measure(config, workload, data, batch_sizes, steps=4):
 
 
 def trial_seconds(config, speed, batch_size, steps):
+    """One trial of ``steps`` steps at ``batch_size`` at ``speed`` (what `measure` returns):
+    its training, its evaluations and its start."""
     rates, starts, evaluation = speed
     evaluations = len(
         measures.evaluation_steps(

@@ -77,6 +77,7 @@ class Cell(NamedTuple):
 
 
 def settings_at(config, optimizer, batch_size, point):
+    """``optimizer``'s settings at unit ``point`` of its space at ``batch_size``."""
     spec = OPTIMIZERS[optimizer]
     dimensions = spec.dimensions(batch_size, config.max_warmup_steps)
     return search.settings(dimensions, spec.choices, point)
@@ -92,6 +93,8 @@ def _sobol(count, dimensions, seed):
 
 
 def search_points(config):
+    """The unit points of every cell's search: the first ``search_trials`` scrambled Sobol
+    points (the ranges they map to move with the batch size, `settings_at`)."""
     return list(_sobol(config.search_trials, search.DIMENSIONS, config.search_seed))
 
 

@@ -15,6 +15,9 @@ _progress = ProgressLog("study")
 
 
 class ArmOutcome(NamedTuple):
+    """What a call of `run_arm` did: where the arm stands, the trials it trained, and the
+    report's files."""
+
     state: analysis.ArmState
     trials_trained: int
     report_paths: list
@@ -25,6 +28,8 @@ def _rows_by_key(output_dir):
 
 
 def ledger_settings(config, workload, data):
+    """What the ledger's settings file holds: the arm's settings, the workload's, and the
+    data's fingerprint and size (a resumed arm must share them)."""
     return dict(
         config.settings(),
         workload_settings=workload.settings(),
@@ -141,4 +146,5 @@ def update_page(page, config, state, metric):
 
 
 def default_output_dir(arm, preset):
+    """Where an arm writes when no ``--output-dir`` is given."""
     return os.path.join("runs", f"study-{arm}-{preset}")
