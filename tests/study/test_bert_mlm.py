@@ -31,7 +31,7 @@ TINY = {
 def documents():
     # The first documents of the embedded corpus: enough text for a vocabulary of 300 and
     # a few hundred sequences, little enough to learn it in seconds.
-    return default_corpus_documents()[:40]
+    return default_corpus_documents()[:12]
 
 
 @pytest.fixture(scope="module")

@@ -11,10 +11,12 @@ documentation (`keras_largebatch.bert.data.corpus.default_corpus_documents`).
 `load` learns an uncased WordPiece vocabulary, tokenizes each document, packs its tokens into
 sequences ``[CLS] t_1 ... t_k [SEP]`` of ``sequence_length`` (masked-LM only: no sentence
 pairs, no next-sentence task) and splits them by document, so that no document has sequences
-in two splits; the arrays are cached. Training masks every batch anew (dynamic masking, as
-RoBERTa; the rule is BERT's: 15% of the tokens, 80% [MASK], 10% a random token, 10% kept).
-Evaluation scores positions masked once per split, so every evaluation of a study scores the
-same ones; its loss is the mean cross-entropy over them, which the study's targets are set on.
+in two splits. The vocabulary is learned from the whole corpus, as BERT's was. The arrays are
+cached. Training masks every batch anew (dynamic masking, as RoBERTa: Liu et al.,
+arXiv:1907.11692), by BERT's rule: 15% of the tokens, of which 80% become [MASK], 10% a random
+token and 10% stay. Evaluation scores positions masked once per split, so every evaluation of a
+study scores the same ones; its loss is the mean cross-entropy over them, on which the study's
+targets are set.
 """
 
 import dataclasses
@@ -180,7 +182,7 @@ def tokenize_documents(documents, vocabulary):
 def vocabulary_sample(documents, limit=VOCABULARY_SENTENCES):
     """At most ``limit`` of the documents' sentences, evenly spread (every k-th one)."""
     sentences = [sentence for document in documents for sentence in document]
-    return sentences[:: math.ceil(len(sentences) / limit)]
+    return sentences[:: max(1, math.ceil(len(sentences) / limit))]
 
 
 def prepare_arrays(documents, settings):
