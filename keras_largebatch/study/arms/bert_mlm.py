@@ -260,6 +260,12 @@ class MaskedLanguageModelWorkload:
     # expressions searched in a variable's path (`keras_largebatch.optimizers.ExclusionRule`).
     decay_exclusions = ("layer_norm", "bias")
 
+    @property
+    def divergence_loss(self):
+        """A validation loss above this has diverged: twice a uniform prediction's over the
+        vocabulary, ``2 ln V``."""
+        return 2 * math.log(self.vocabulary_size)
+
     def __init__(
         self,
         corpus="debian",
