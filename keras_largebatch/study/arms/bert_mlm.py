@@ -246,8 +246,13 @@ class MaskedLanguageModelWorkload:
         sequence_length: tokens per sequence, [CLS] and [SEP] included; the model's
             ``max_sequence_length``.
         vocabulary_size: the WordPiece vocabulary's size at most, and the model's.
-        num_layers, hidden_dim, num_heads, intermediate_dim, dropout: `BertBackbone`'s.
-        validation_sequences, test_sequences: the sequences of the evaluation splits.
+        num_layers: `BertBackbone`'s.
+        hidden_dim: `BertBackbone`'s.
+        num_heads: `BertBackbone`'s.
+        intermediate_dim: `BertBackbone`'s.
+        dropout: `BertBackbone`'s.
+        validation_sequences: the sequences of the validation split.
+        test_sequences: the sequences of the test split.
         train_sequences: the training sequences to keep, or None for every one left.
         data_dir: the cache directory of the prepared arrays; default a directory of
             `default_cache_dir` named by the corpus and a hash of `data_settings`.
