@@ -18,7 +18,9 @@ def parse_arguments(argv=None):
         "baseline are searched, refined and rerun with fresh seeds at multiples of it. A "
         "stopped arm resumes.",
     )
-    parser.add_argument("--arm", required=True, help="resnet_lars or bert_lamb")
+    parser.add_argument(
+        "--arm", help="resnet_lars or bert_lamb (with --report-only: read from the ledger)"
+    )
     parser.add_argument("--preset", default="full", help="tiny or full")
     parser.add_argument("--output-dir", help="default: runs/study-ARM-PRESET")
     parser.add_argument("--data-dir", help="where the workload's data are read or cached")
@@ -36,6 +38,8 @@ def parse_arguments(argv=None):
         help="start over in an output directory holding an arm with other settings",
     )
     arguments = parser.parse_args(argv)
+    if arguments.arm is None and not (arguments.report_only and arguments.output_dir):
+        parser.error("--arm is required (but with --report-only and --output-dir)")
     return arguments
 
 

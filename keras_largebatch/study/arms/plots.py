@@ -77,7 +77,8 @@ def plot_steps(config, state, metric, path):
     axes.set_xlabel("batch size")
     axes.set_ylabel(f"steps to validation {metric} {config.target:g}")
     axes.set_title(config.definition.label)
-    axes.legend(fontsize=8)
+    if axes.get_legend_handles_labels()[0]:
+        axes.legend(fontsize=8)
     _save(figure, path)
 
 
@@ -103,5 +104,6 @@ def plot_search(config, state, metric, path):
         axes.set_title(f"batch {size:,}")
         axes.set_xlabel("trial")
     grid[0].set_ylabel("best steps to the target so far")
-    grid[0].legend(fontsize=8)
+    if grid[0].get_legend_handles_labels()[0]:
+        grid[0].legend(fontsize=8)
     _save(figure, path)
