@@ -282,3 +282,18 @@ def test_arm_a_runs_end_to_end_on_its_tiny_preset(tmp_path):
     assert (tmp_path / "arm" / "summary.md").read_text() == summary
     # Done: a second call trains nothing.
     assert runner.run_arm(config, str(tmp_path / "arm")).trials_trained == 0
+
+
+def test_the_command_reports_a_ledger_without_its_arm_and_refuses_a_run_without_one(
+    equal_arm, capsys
+):
+    from keras_largebatch.study.arms import __main__ as command
+
+    _, directory, _ = equal_arm
+    os.remove(directory / "summary.md")
+    assert command.main(["--report-only", "--output-dir", str(directory)]) == 0
+    assert "Verdict" in (directory / "summary.md").read_text()
+    with pytest.raises(SystemExit) as raised:
+        command.main(["--preset", "tiny"])
+    assert raised.value.code == 2
+    assert "--arm is required" in capsys.readouterr().err
