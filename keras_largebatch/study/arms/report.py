@@ -31,7 +31,7 @@ def _settings(settings):
 def _cell_line(cell, config, metric):
     label = OPTIMIZERS[cell.optimizer].label + (" (pilot)" if cell.stage == "pilot" else "")
     if cell.pending is not None:
-        return f"| {label} | {cell.batch_size:,} | running | | | |"
+        return f"| {label} | {cell.batch_size:,} | not finished | | | |"
     steps = analysis.seed_steps(cell, config, metric)
     finite = sorted(s for s in steps if s is not None)
     median = _median(steps)
