@@ -69,24 +69,8 @@ def fake_trainer(speedups=None, calls=None):
         else:
             if trial.stop_after is not None:
                 stop = "pruned"
-        return {
-            "key": trial.key(),
-            "phase": trial.ledger_phase,
-            "optimizer": trial.optimizer,
-            "batch_size": trial.batch_size,
-            "step_budget": trial.step_budget,
-            "index": trial.index,
-            "seed": trial.seed,
-            "point": trial.point,
-            "settings": trial.settings,
-            "steps_trained": curve[-1][0],
-            "stop": stop,
-            "curve": curve,
-            "test_accuracy": 0.9 if trial.phase == protocol.SEEDS else None,
-            "test_loss": 0.3 if trial.phase == protocol.SEEDS else None,
-            "noise_scale": None,
-            "seconds": 0.0,
-        }
+        test = {"accuracy": 0.9, "loss": 0.3} if trial.phase == protocol.SEEDS else None
+        return trial.row(curve[-1][0], stop, curve, test)
 
     return run_trial
 

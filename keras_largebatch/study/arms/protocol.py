@@ -63,6 +63,28 @@ class Trial(NamedTuple):
     def ledger_phase(self):
         return f"{self.stage}-{self.phase}"
 
+    def row(self, steps_trained, stop, curve, test=None, seconds=0.0):
+        """The trial's ledger row (`keras_largebatch.study.ledger.COLUMNS`) from what its run
+        measured; ``test``: ``{"accuracy", "loss"}`` on the test set, or None."""
+        return {
+            "key": self.key(),
+            "phase": self.ledger_phase,
+            "optimizer": self.optimizer,
+            "batch_size": self.batch_size,
+            "step_budget": self.step_budget,
+            "index": self.index,
+            "seed": self.seed,
+            "point": self.point,
+            "settings": self.settings,
+            "steps_trained": steps_trained,
+            "stop": stop,
+            "curve": curve,
+            "test_accuracy": None if test is None else test["accuracy"],
+            "test_loss": None if test is None else test["loss"],
+            "noise_scale": None,
+            "seconds": seconds,
+        }
+
 
 class Cell(NamedTuple):
     """Where a cell stands."""

@@ -116,21 +116,10 @@ def run_trial(trial, config, workload, data):
     test = None
     if trial.phase == protocol.SEEDS and evaluations.stop != "diverged":
         test = workload.evaluate(model, data, "test")
-    return {
-        "key": trial.key(),
-        "phase": trial.ledger_phase,
-        "optimizer": trial.optimizer,
-        "batch_size": trial.batch_size,
-        "step_budget": budget,
-        "index": trial.index,
-        "seed": trial.seed,
-        "point": trial.point,
-        "settings": trial.settings,
-        "steps_trained": evaluations.steps_trained,
-        "stop": evaluations.stop,
-        "curve": evaluations.curve,
-        "test_accuracy": None if test is None else test["accuracy"],
-        "test_loss": None if test is None else test["loss"],
-        "noise_scale": None,
-        "seconds": time.perf_counter() - started,
-    }
+    return trial.row(
+        evaluations.steps_trained,
+        evaluations.stop,
+        evaluations.curve,
+        test,
+        time.perf_counter() - started,
+    )
