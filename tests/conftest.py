@@ -11,6 +11,7 @@ imports TensorFlow; ``TF_CPP_MIN_LOG_LEVEL`` is set in the environment, so the s
 that tests start inherit it.
 """
 
+import faulthandler
 import gc
 import importlib.util
 import os
@@ -37,13 +38,18 @@ def pytest_configure(config):
 # time, off by default.
 GC_LOG_ENV = "KERAS_LARGEBATCH_GC_LOG"
 GC_LOG_SECONDS = 0.5
-_gc_state = {"test": "(collection)", "started": None}
+GC_DUMP_SECONDS = 5
+_gc_state = {"test": "(collection)", "started": None, "log": None}
 
 
 def _gc_callback(phase, info):
     if phase == "start":
         _gc_state["started"] = time.perf_counter()
+        # A collection still running after GC_DUMP_SECONDS writes every thread's stack to the
+        # log (from faulthandler's own thread: the collecting one holds the interpreter).
+        faulthandler.dump_traceback_later(GC_DUMP_SECONDS, file=_gc_state["log"])
         return
+    faulthandler.cancel_dump_traceback_later()
     if _gc_state["started"] is None:
         return
     seconds = time.perf_counter() - _gc_state["started"]
@@ -55,6 +61,7 @@ def _gc_callback(phase, info):
 
 def pytest_sessionstart(session):
     if os.environ.get(GC_LOG_ENV):
+        _gc_state["log"] = open(os.environ[GC_LOG_ENV], "a", encoding="utf-8")  # noqa: SIM115
         gc.callbacks.append(_gc_callback)
 
 
@@ -65,3 +72,5 @@ def pytest_runtest_logstart(nodeid, location):
 def pytest_sessionfinish(session, exitstatus):
     if _gc_callback in gc.callbacks:
         gc.callbacks.remove(_gc_callback)
+        faulthandler.cancel_dump_traceback_later()
+        _gc_state["log"].close()
