@@ -159,7 +159,6 @@ _TINY_BERT = dict(
 )
 
 PRESETS = {
-    # The full run of each arm, sized by --estimate to the cost the study allows.
     # The full run of each arm, sized by --estimate and a measured curve to fit the study's
     # 10 CPU hours: multiples up to 8x B_crit, evaluations 10% apart on a 2,000-example
     # validation split.
