@@ -281,3 +281,32 @@ def test_the_command_reports_a_ledger_without_its_arm_and_refuses_a_run_without_
         command.main(["--preset", "tiny"])
     assert raised.value.code == 2
     assert "--arm is required" in capsys.readouterr().err
+
+
+def test_a_cell_s_line_tells_a_diverged_seed_from_one_out_of_budget():
+    from keras_largebatch.study.arms import report
+
+    config = ArmConfig(target=0.87)
+
+    def row(stop, accuracy):
+        # (step, validation accuracy, validation loss) at steps 10 and 206
+        return {
+            "stop": stop,
+            "curve": [[10, 0.5, 1.0], [206, accuracy, 0.4]],
+            "test_accuracy": None if stop == "diverged" else 0.87,
+            "step_budget": 1563,
+        }
+
+    best = {"settings": {"learning_rate": 0.222}}
+
+    def line(*seeds):
+        cell = protocol.Cell("pilot", "nesterov", 256, None, [row("target", 0.9)], best, seeds)
+        return report._cell_line(cell, config, measures.ACCURACY)
+
+    assert "| 206; 1 of 2 seeds diverged |" in line(row("target", 0.9), row("diverged", 0.5))
+    assert "| 206; 1 of 2 seeds not within the 1,563-step budget |" in line(
+        row("target", 0.9), row("budget", 0.8)
+    )
+    both = line(row("target", 0.9), row("budget", 0.8), row("diverged", 0.1))
+    assert "1 of 3 seeds not within the 1,563-step budget; 1 of 3 seeds diverged" in both
+    assert "| 206 |" in line(row("target", 0.9), row("target", 0.95))
