@@ -55,8 +55,9 @@ def _gc_callback(phase, info):
     seconds = time.perf_counter() - _gc_state["started"]
     _gc_state["started"] = None
     if seconds > GC_LOG_SECONDS:
-        with open(os.environ[GC_LOG_ENV], "a", encoding="utf-8") as log:
-            log.write(f"{seconds:.2f} s gen {info['generation']} {_gc_state['test']}\n")
+        # Flushed at once: faulthandler writes its dumps to the same file's descriptor.
+        _gc_state["log"].write(f"{seconds:.2f} s gen {info['generation']} {_gc_state['test']}\n")
+        _gc_state["log"].flush()
 
 
 def pytest_sessionstart(session):

@@ -35,26 +35,28 @@ def _cell_line(cell, config, metric):
     steps = analysis.seed_steps(cell, config, metric)
     finite = sorted(s for s in steps if s is not None)
     median = _median(steps)
-    spread = (
-        "none reached"
-        if not finite
-        else f"{finite[0]:,}"
-        if finite[0] == finite[-1]
-        else f"{finite[0]:,}-{finite[-1]:,}"
+    if not finite:
+        spread = "none reached"
+    elif finite[0] == finite[-1]:
+        spread = f"{finite[0]:,}"
+    else:
+        spread = f"{finite[0]:,}-{finite[-1]:,}"
+    tests = [row[f"test_{metric}"] for row in cell.seed_rows if row[f"test_{metric}"] is not None]
+    test = f"{sorted(tests)[len(tests) // 2]:.4f}" if tests else ""
+    budget = (
+        cell.seed_rows[0]["step_budget"] if cell.seed_rows else config.step_budget(cell.batch_size)
     )
     # A seed that missed the target either diverged or ran out its budget.
     diverged_seeds = sum(
         s is None and row["stop"] == "diverged" for s, row in zip(steps, cell.seed_rows)
     )
     misses = sum(s is None for s in steps) - diverged_seeds
-    tests = [row[f"test_{metric}"] for row in cell.seed_rows if row[f"test_{metric}"] is not None]
-    test = f"{sorted(tests)[len(tests) // 2]:.4f}" if tests else ""
-    budget = (
-        cell.seed_rows[0]["step_budget"] if cell.seed_rows else config.step_budget(cell.batch_size)
-    )
-    note = (
-        f"; {misses} of {len(steps)} seeds not within the {budget:,}-step budget" if misses else ""
-    ) + (f"; {diverged_seeds} of {len(steps)} seeds diverged" if diverged_seeds else "")
+    notes = []
+    if misses:
+        notes.append(f"{misses} of {len(steps)} seeds not within the {budget:,}-step budget")
+    if diverged_seeds:
+        notes.append(f"{diverged_seeds} of {len(steps)} seeds diverged")
+    note = "".join(f"; {text}" for text in notes)
     pruned = sum(row["stop"] == "pruned" for row in cell.trial_rows)
     diverged = sum(row["stop"] == "diverged" for row in cell.trial_rows)
     return (
