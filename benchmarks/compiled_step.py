@@ -472,6 +472,13 @@ def main():
         help="compile the streams' steps for the accelerator at hand instead of the CPU",
     )
     parser.add_argument("--no-collectives", action="store_true", help="the streams only")
+    parser.add_argument(
+        "--backends",
+        nargs="+",
+        choices=["jax", "tensorflow"],
+        default=["jax", "tensorflow"],
+        help="the Keras backends whose compiled steps are read (default: both)",
+    )
     parser.add_argument("--child", choices=["streams", "collectives"], help=argparse.SUPPRESS)
     parser.add_argument("--model", choices=sorted(MODELS), help=argparse.SUPPRESS)
     parser.add_argument("--backend", default="jax", help=argparse.SUPPRESS)
@@ -480,8 +487,8 @@ def main():
         _child(args)
         return
     models = args.models or (["smoke"] if args.smoke else ["bert_base", "resnet50"])
-    report = {"floors": FLOORS, "jax": {}, "tensorflow": {}}
-    for backend in ("jax", "tensorflow"):
+    report = {"floors": FLOORS, **{backend: {} for backend in args.backends}}
+    for backend in args.backends:
         for model in models:
             report[backend][model] = _run_child("streams", model, backend, args.on_device)
             if not args.no_collectives:

@@ -30,7 +30,13 @@ import sys
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-BACKENDS = ("tensorflow", "jax")
+BACKENDS = ("tensorflow", "jax", "torch")
+# The checks each backend runs: the reference on every one, the throughput on TensorFlow and JAX.
+PER_BACKEND = {
+    "tensorflow": ("reference", "pretraining"),
+    "jax": ("reference", "pretraining"),
+    "torch": ("reference",),
+}
 SHAPES = [(32, 16), (16,), (4, 6, 3)]
 STEPS = 3
 LAMB_ARGS = dict(learning_rate=1e-2, beta_1=0.9, beta_2=0.999, epsilon=1e-6, weight_decay=0.01)
@@ -88,7 +94,8 @@ def numpy_lars(
 def _device_name():
     import keras
 
-    if keras.backend.backend() == "jax":
+    backend = keras.backend.backend()
+    if backend == "jax":
         import jax
 
         device = jax.devices()[0]
@@ -97,6 +104,16 @@ def _device_name():
             "kind": device.device_kind,
             "count": jax.device_count(),
         }
+    if backend == "torch":
+        import torch
+
+        if torch.cuda.is_available():
+            return {
+                "platform": "gpu",
+                "kind": torch.cuda.get_device_name(0),
+                "count": torch.cuda.device_count(),
+            }
+        return {"platform": "cpu", "count": 1}
     import tensorflow as tf
 
     gpus = tf.config.list_physical_devices("GPU")
@@ -104,8 +121,8 @@ def _device_name():
 
 
 def reference_check():
-    """Each optimizer, eager and under XLA, against the transcription: the largest
-    |actual - expected| / (1e-6 + 1e-5 |expected|) (below 1 passes)."""
+    """Each optimizer, eager and (on TensorFlow and JAX) under XLA, against the transcription:
+    the largest |actual - expected| / (1e-6 + 1e-5 |expected|) (below 1 passes)."""
     import keras
     import numpy as np
 
@@ -122,7 +139,8 @@ def reference_check():
     report = {"device": _device_name(), "errors": {}}
     for name, (optimizer_class, arguments, reference) in cases.items():
         expected = reference(weights, gradient_steps, **arguments)
-        for mode in ("eager", "xla"):
+        modes = ("eager",) if keras.backend.backend() == "torch" else ("eager", "xla")
+        for mode in modes:
             variables = [keras.Variable(w, name=f"w{i}") for i, w in enumerate(weights)]
             optimizer = optimizer_class(**arguments, **exclusions)
             optimizer.build(variables)
@@ -172,27 +190,18 @@ def _compiled_apply(optimizer, variables):
 
 def pretraining_throughput(size, batch_size, seq_length, steps, rounds):
     """Examples/s of `model.fit` on the recipe's BERT in mixed_bfloat16, LAMB against AdamW
-    (same weights, same batches), alternating rounds; the median round counts."""
+    (same weights, same batches), alternating rounds; the median round counts. The batches are
+    NumPy arrays, so no backend needs TensorFlow for them."""
     import statistics
 
     import keras
     import numpy as np
-    import tensorflow as tf
 
     from keras_largebatch import LAMB
-    from keras_largebatch.bert.pretraining.config import load_config
-    from keras_largebatch.bert.pretraining.recipe import build_model
+    from keras_largebatch.bert.pretraining import model as model_lib
 
     vocabulary = 30522 if size != "tiny" else 1000
     predictions = 20
-    config = load_config(
-        overrides=[
-            f"model.size={size}",
-            f"model.vocabulary_size={vocabulary}",
-            f"model.max_sequence_length={seq_length}",
-            "mixed_precision=mixed_bfloat16",
-        ]
-    )
     rng = np.random.default_rng(0)
     features = {
         "token_ids": rng.integers(0, vocabulary, (batch_size, seq_length)),
@@ -209,7 +218,22 @@ def pretraining_throughput(size, batch_size, seq_length, steps, rounds):
         "masked_lm": np.ones((batch_size, predictions), "float32"),
         "next_sentence": np.ones((batch_size,), "float32"),
     }
-    dataset = tf.data.Dataset.from_tensors((features, labels, weights)).repeat()
+
+    def fit(model, steps):
+        # The same batch `steps` times, in order: an epoch of `steps` steps.
+        def repeated(tree):
+            return {key: np.concatenate([value] * steps) for key, value in tree.items()}
+
+        model.fit(
+            repeated(features),
+            repeated(labels),
+            sample_weight=repeated(weights),
+            batch_size=batch_size,
+            epochs=1,
+            shuffle=False,
+            verbose=0,
+        )
+
     optimizers = {
         "LAMB": lambda: LAMB(1e-4, weight_decay=0.01),
         "AdamW": lambda: keras.optimizers.AdamW(1e-4, weight_decay=0.01),
@@ -217,16 +241,19 @@ def pretraining_throughput(size, batch_size, seq_length, steps, rounds):
     models = {}
     for name, make in optimizers.items():
         keras.utils.set_random_seed(0)
-        model = build_model(config, vocabulary)
+        backbone = model_lib.bert_backbone(
+            size, vocabulary_size=vocabulary, max_sequence_length=seq_length, dtype="mixed_bfloat16"
+        )
+        model = model_lib.BertPretrainer(backbone)
         model.compile(optimizer=make())
         # The first fit traces and compiles the train function; it is not timed.
-        model.fit(dataset, epochs=1, steps_per_epoch=2, verbose=0)
+        fit(model, 2)
         models[name] = model
     rates = {name: [] for name in models}
     for _ in range(rounds):
         for name, model in models.items():
             start = time.perf_counter()
-            model.fit(dataset, epochs=1, steps_per_epoch=steps, verbose=0)
+            fit(model, steps)
             rates[name].append(steps * batch_size / (time.perf_counter() - start))
     medians = {name: statistics.median(values) for name, values in rates.items()}
     return {
@@ -261,6 +288,30 @@ SIZES = {
         ["--models", "smoke"],
     ),
 }
+
+
+def _installed(backend):
+    """Whether ``backend``'s framework can be found (this process imports none of them)."""
+    import importlib.util
+
+    try:
+        return importlib.util.find_spec(backend) is not None
+    except ImportError:
+        return False
+
+
+def _versions(backends):
+    """The installed versions of Python, Keras, keras-hub and each backend's framework."""
+    import importlib.metadata
+    import platform
+
+    versions = {"python": platform.python_version()}
+    for name in ("keras", "keras-hub", *backends):
+        try:
+            versions[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            versions[name] = None
+    return versions
 
 
 def _run(command, backend, timeout):
@@ -298,6 +349,14 @@ def main(argv=None):
         help="the checks to run (default: all); step_time and compiled_step run "
         "benchmarks/optimizer_step.py and compiled_step.py",
     )
+    parser.add_argument(
+        "--backends",
+        nargs="+",
+        choices=BACKENDS,
+        default=list(BACKENDS),
+        help="the Keras backends to check (default: every one installed; the report names "
+        "those asked for but not installed)",
+    )
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.output and os.path.exists(args.output):
@@ -312,32 +371,41 @@ def main(argv=None):
         return
     size = int(args.smoke)
     smoke = ["--smoke"] if args.smoke else []
-    report = {"smoke": args.smoke}
+    backends = [b for b in args.backends if _installed(b)]
+    report = {"smoke": args.smoke, "backends": backends, "versions": _versions(backends)}
+    missing = [b for b in args.backends if b not in backends]
+    if missing:
+        report["not_installed"] = missing
     start = time.perf_counter()
-    per_backend = [name for name in ("reference", "pretraining") if name in args.sections]
-    for backend in BACKENDS if per_backend else ():
+    for backend in backends:
+        checks = [c for c in PER_BACKEND[backend] if c in args.sections]
+        if not checks:
+            continue
         result = _run(
-            [os.path.abspath(__file__), "--child", *smoke, "--sections", *per_backend],
-            backend,
-            900,
+            [os.path.abspath(__file__), "--child", *smoke, "--sections", *checks], backend, 900
         )
-        for check in per_backend:
+        for check in checks:
             report.setdefault(check, {})[backend] = result.get(check, result)
-    if "step_time" in args.sections:
+    # The optimizer step is timed on TensorFlow (XLA on and off) where it is installed, else JAX.
+    step_backend = next((b for b in ("tensorflow", "jax") if b in backends), None)
+    if "step_time" in args.sections and step_backend:
         report["step_time"] = _timed(
             lambda: _run(
                 [os.path.join(HERE, "optimizer_step.py"), *SIZES["step_time"][size]],
-                "tensorflow",
+                step_backend,
                 900,
             )
         )
-    if "compiled_step" in args.sections:
+        report["step_time"]["backend"] = step_backend
+    if "compiled_step" in args.sections and "jax" in backends:
         report["compiled_step"] = _timed(
             lambda: _run(
                 [
                     os.path.join(HERE, "compiled_step.py"),
                     "--on-device",
                     "--no-collectives",
+                    "--backends",
+                    *[b for b in ("jax", "tensorflow") if b in backends],
                     *SIZES["compiled_step"][size],
                 ],
                 "jax",
@@ -351,7 +419,7 @@ def main(argv=None):
             file.write(text + "\n")
     else:
         print(text)
-    if "reference" in report and not all(report["reference"][b].get("passed") for b in BACKENDS):
+    if "reference" in report and not all(r.get("passed") for r in report["reference"].values()):
         sys.exit(1)
 
 

@@ -5,8 +5,10 @@
 BERT-base shapes (keras_hub.models.BertBackbone, 199 variables, 109.5M parameters):
 LAMB against keras AdamW and keras Lamb. ResNet-50 shapes (keras.applications.ResNet50,
 214 trainable variables, 25.6M parameters): LARS against keras SGD(momentum=0.9).
-TensorFlow backend, XLA on and off. Each round times every optimizer once, in turn, so slow
-drifts of a shared machine hit all of them alike; the figure is the median over rounds.
+On TensorFlow (the default backend here) XLA on and off; on JAX (``KERAS_BACKEND=jax``) a
+`jax.jit` of the optimizer's stateless step, XLA only. Each round times every optimizer once,
+in turn, so slow drifts of a shared machine hit all of them alike; the figure is the median
+over rounds.
 """
 
 import argparse
@@ -19,7 +21,6 @@ os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
-import tensorflow as tf  # noqa: E402
 
 from keras_largebatch import LAMB, LARS  # noqa: E402
 
@@ -76,17 +77,30 @@ def make_step(optimizer, shapes, jit_compile, seed=0):
         keras.Variable(rng.normal(0, 0.02, s).astype("float32"), name=f"v{i}")
         for i, s in enumerate(shapes)
     ]
-    grads = [tf.constant(rng.normal(0, 1e-3, s).astype("float32")) for s in shapes]
+    grads = [keras.ops.convert_to_tensor(rng.normal(0, 1e-3, s).astype("float32")) for s in shapes]
     optimizer.build(variables)
+    if keras.backend.backend() == "jax":
+        import jax
 
-    @tf.function(jit_compile=jit_compile)
-    def step():
-        optimizer.apply(grads, variables)
+        # The state lives in arrays the jitted step donates and returns, as in a JAX train step.
+        update = jax.jit(optimizer.stateless_apply, donate_argnums=(0, 2))
+        state = [[v.value for v in optimizer.variables], [v.value for v in variables]]
 
-    def run():
-        step()
-        # A read of one weight waits for the step's last kernel without copying much.
-        variables[-1].numpy()
+        def run():
+            state[1], state[0] = update(state[0], grads, state[1])
+            jax.block_until_ready(state[1][-1])
+
+    else:
+        import tensorflow as tf
+
+        @tf.function(jit_compile=jit_compile)
+        def step():
+            optimizer.apply(grads, variables)
+
+        def run():
+            step()
+            # A read of one weight waits for the step's last kernel without copying much.
+            variables[-1].numpy()
 
     run()
     run()
@@ -104,7 +118,9 @@ def time_round(steps):
 
 def benchmark(shapes, optimizers, baseline, repeats):
     results = {}
-    for jit_compile in (True, False):
+    # JAX has no uncompiled step to time: its eager ops are not what a train step runs.
+    modes = (True,) if keras.backend.backend() == "jax" else (True, False)
+    for jit_compile in modes:
         steps = {
             name: make_step(factory(), shapes, jit_compile) for name, factory in optimizers.items()
         }

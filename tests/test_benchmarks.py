@@ -90,6 +90,9 @@ SMOKE = {
                 for name in ("LAMB", "LARS")
                 for mode in ("eager", "xla")
             ),
+            # Keras on PyTorch has no XLA step: eager only, and no throughput section.
+            "reference/torch/errors/LAMB/eager",
+            "reference/torch/errors/LARS/eager",
             *(
                 f"pretraining/{backend}/{key}"
                 for backend in ("tensorflow", "jax")
@@ -224,11 +227,14 @@ def test_tensorflow_accumulation_reduces_the_gradients_once_per_optimizer_step(o
         )
 
 
-def test_the_device_check_passes_its_reference_check_on_both_backends(outputs):
+def test_the_device_check_passes_its_reference_check_on_every_backend(outputs):
     report = json.loads(outputs["device_check.py"].stdout)
     assert report["smoke"] is True
-    for backend in ("tensorflow", "jax"):
+    assert report["backends"] == ["tensorflow", "jax", "torch"] and "not_installed" not in report
+    assert all(report["versions"][name] for name in ("python", "keras", *report["backends"]))
+    for backend in ("tensorflow", "jax", "torch"):
         assert report["reference"][backend]["passed"] is True, report["reference"][backend]
+    for backend in ("tensorflow", "jax"):
         assert report["pretraining"][backend]["dtype_policy"] == "mixed_bfloat16"
     assert "step_time" not in report and "compiled_step" not in report  # not asked for
 
@@ -245,3 +251,20 @@ def test_the_device_check_never_overwrites_its_output(tmp_path):
     assert result.returncode == 2
     assert "--output" in result.stderr and "exists" in result.stderr
     assert existing.read_text() == "keep me"
+
+
+def test_the_optimizer_step_is_timed_as_a_jitted_step_on_jax():
+    # What the device check runs where TensorFlow is not installed.
+    result = subprocess.run(
+        [sys.executable, str(BENCHMARKS / "optimizer_step.py"), "--models", "resnet_small"]
+        + ["--repeats", "1"],
+        capture_output=True,
+        text=True,
+        env=dict(os.environ, KERAS_BACKEND="jax"),
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    report = json.loads(result.stdout)["resnet_small"]
+    assert list(report) == ["variables", "parameters", "xla"]  # no uncompiled step on JAX
+    assert all(seconds > 0 for seconds in report["xla"]["seconds"].values())
+    assert report["xla"]["ratio_to_SGD_momentum"]["SGD_momentum"] == 1.0
