@@ -55,8 +55,15 @@ def _gc_callback(phase, info):
     seconds = time.perf_counter() - _gc_state["started"]
     _gc_state["started"] = None
     if seconds > GC_LOG_SECONDS:
+        # What the collection freed, what it left tracked, and the process's resident memory.
+        with open("/proc/self/statm") as statm:
+            resident = int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**30
         # Flushed at once: faulthandler writes its dumps to the same file's descriptor.
-        _gc_state["log"].write(f"{seconds:.2f} s gen {info['generation']} {_gc_state['test']}\n")
+        _gc_state["log"].write(
+            f"{seconds:.2f} s gen {info['generation']} {_gc_state['test']} "
+            f"collected={info['collected']} tracked={len(gc.get_objects())} "
+            f"rss={resident:.2f}GiB\n"
+        )
         _gc_state["log"].flush()
 
 
@@ -64,6 +71,16 @@ def pytest_sessionstart(session):
     if os.environ.get(GC_LOG_ENV):
         _gc_state["log"] = open(os.environ[GC_LOG_ENV], "a", encoding="utf-8")  # noqa: SIM115
         gc.callbacks.append(_gc_callback)
+
+
+def pytest_collection_finish(session):
+    # Every module the tests import is imported by now (TensorFlow, Keras, JAX: about 460,000
+    # tracked objects, most of what a test process holds). Frozen, they are left out of every
+    # later full collection. Without this, such collections took up to 30-60 s in the suite on
+    # this project's 2-core machines (the same collection 0.6 s in one run, 10.6 s in
+    # another); with it, the longest took 2.7 s.
+    gc.collect()
+    gc.freeze()
 
 
 def pytest_runtest_logstart(nodeid, location):
