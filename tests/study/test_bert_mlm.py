@@ -12,7 +12,7 @@ import tensorflow as tf
 
 from keras_largebatch.bert.data import vocab as vocab_lib
 from keras_largebatch.bert.data.corpus import default_corpus_documents
-from keras_largebatch.study.arms import bert_mlm, debian_text
+from keras_largebatch.study.arms import bert_mlm, bert_mlm_data, debian_text
 
 TINY = {
     "corpus": "python",
@@ -38,7 +38,7 @@ def documents():
 def prepared(documents, tmp_path_factory):
     """A tiny workload on ``documents`` and its loaded data."""
     patch = pytest.MonkeyPatch()
-    patch.setitem(bert_mlm.CORPORA, "python", lambda: documents)
+    patch.setitem(bert_mlm_data.CORPORA, "python", lambda: documents)
     workload = bert_mlm.MaskedLanguageModelWorkload(
         **TINY, data_dir=str(tmp_path_factory.mktemp("cache") / "python")
     )
@@ -123,7 +123,9 @@ def test_without_root_installing_names_the_command_to_run(monkeypatch):
 
 
 def test_packs_a_document_into_cls_runs_sep_padded():
-    sequences = bert_mlm.pack_document(np.arange(10, 17), sequence_length=5, cls_id=2, sep_id=3)
+    sequences = bert_mlm_data.pack_document(
+        np.arange(10, 17), sequence_length=5, cls_id=2, sep_id=3
+    )
     np.testing.assert_array_equal(
         sequences, [[2, 10, 11, 12, 3], [2, 13, 14, 15, 3], [2, 16, 3, 0, 0]]
     )
@@ -134,7 +136,7 @@ def test_the_split_is_by_document_exact_and_deterministic():
     per_document = [
         np.full((rng.integers(1, 6), 4), index, np.int32) for index in range(50)
     ]  # each sequence holds its document's index
-    splits = bert_mlm.split_documents(per_document, 20, 15, seed=0)
+    splits = bert_mlm_data.split_documents(per_document, 20, 15, seed=0)
     assert len(splits["validation"][0]) == 20 and len(splits["test"][0]) == 15
     document_sets = {}
     for split, (sequences, documents) in splits.items():
@@ -146,24 +148,24 @@ def test_the_split_is_by_document_exact_and_deterministic():
     # the tail of their last document.
     for index in document_sets["train"]:
         assert (splits["train"][1] == index).sum() == len(per_document[index])
-    again = bert_mlm.split_documents(per_document, 20, 15, seed=0)
-    for split in bert_mlm.SPLITS:
+    again = bert_mlm_data.split_documents(per_document, 20, 15, seed=0)
+    for split in bert_mlm_data.SPLITS:
         np.testing.assert_array_equal(again[split][0], splits[split][0])
-    other = bert_mlm.split_documents(per_document, 20, 15, seed=1)
+    other = bert_mlm_data.split_documents(per_document, 20, 15, seed=1)
     assert not np.array_equal(other["validation"][1], splits["validation"][1])
 
 
 def test_a_split_that_leaves_nothing_to_train_on_is_refused():
     per_document = [np.zeros((2, 4), np.int32) for _ in range(5)]
     with pytest.raises(ValueError, match="validation_sequences=6 and test_sequences=3"):
-        bert_mlm.split_documents(per_document, 6, 3, seed=0)
+        bert_mlm_data.split_documents(per_document, 6, 3, seed=0)
 
 
 def test_loaded_splits_share_no_document_and_hold_the_asked_counts(prepared):
     workload, data = prepared
     assert len(data.sequences["validation"]) == TINY["validation_sequences"]
     assert len(data.sequences["test"]) == TINY["test_sequences"]
-    sets = [set(data.documents[split].tolist()) for split in bert_mlm.SPLITS]
+    sets = [set(data.documents[split].tolist()) for split in bert_mlm_data.SPLITS]
     assert not (sets[0] & sets[1] or sets[0] & sets[2] or sets[1] & sets[2])
     cls_id = data.vocabulary.index(vocab_lib.CLS_TOKEN)
     sep_id = data.vocabulary.index(vocab_lib.SEP_TOKEN)
@@ -182,7 +184,7 @@ def test_a_second_load_reads_the_cache_back_equal(prepared):
     again = workload.load()
     assert sorted(os.listdir(workload.data_dir)) == files == ["arrays.npz", "settings.json"]
     assert again.fingerprint == data.fingerprint and again.vocabulary == data.vocabulary
-    for split in bert_mlm.SPLITS:
+    for split in bert_mlm_data.SPLITS:
         np.testing.assert_array_equal(again.sequences[split], data.sequences[split])
         np.testing.assert_array_equal(again.documents[split], data.documents[split])
 

@@ -16,9 +16,9 @@ not depend on a budget's end. The verdict is `keras_largebatch.study.criteria`'s
 both ways, written before the run.
 
 Modules: `spaces` (the optimizers and their search spaces), `config` (the arms, settings and
-presets), `resnet` and `bert_mlm` (the workloads; `debian_text` the corpus), `measures`
-(evaluation steps, steps to a target), `protocol` (a cell's trials as a function of the
-ledger), `trial` (one training run), `analysis` (seeds, the pilot's fit, the batch sizes, the
-verdict), `report` and `plots`, `estimate` (the cost here), `runner` and `__main__` (the
-command).
+presets), `resnet` and `bert_mlm` (the workloads; `bert_mlm_data` the masked-LM corpus,
+prepared and cached, `debian_text` the text it reads), `measures` (evaluation steps, steps to a
+target), `protocol` (a cell's trials as a function of the ledger), `trial` (one training run),
+`analysis` (seeds, the pilot's fit, the batch sizes, the verdict), `report` and `plots`,
+`estimate` (the cost here), `runner` and `__main__` (the command).
 """
