@@ -6,20 +6,24 @@ Writes one JSON report (to ``--output``, default stdout) with a section per chec
 seconds it took; at full size it runs in under 8 minutes on one accelerator:
 
 - ``reference``: LAMB and LARS (every variable decayed and adapted) run 3 steps on the device,
-  eagerly and compiled with XLA, on TensorFlow and on JAX, against a float64 NumPy transcription
-  of their equations (below); ``passed`` when every weight is within rtol 1e-5, atol 1e-6.
+  eagerly and compiled with XLA on TensorFlow and on JAX, eagerly on PyTorch, against a float64
+  NumPy transcription of their equations (below); ``passed`` when every weight is within rtol
+  1e-5, atol 1e-6.
 - ``step_time``: `benchmarks/optimizer_step.py` on BERT-base and ResNet-50 shapes (TensorFlow,
-  XLA on and off): LAMB / AdamW and LARS / SGD-momentum, timed side by side in one run.
+  XLA on and off; JAX, jitted, where TensorFlow is not installed): LAMB / AdamW and LARS /
+  SGD-momentum, timed side by side in one run.
 - ``pretraining``: the pretraining recipe's BERT (base; ``--smoke``: tiny) in ``mixed_bfloat16``,
-  `model.fit` on synthetic batches at sequence length 128, examples per second with LAMB and with
-  Keras's AdamW in alternating rounds, on TensorFlow and on JAX.
+  `model.fit` on synthetic NumPy batches at sequence length 128, examples per second with LAMB
+  and with Keras's AdamW in alternating rounds, on TensorFlow and on JAX.
 - ``compiled_step``: `benchmarks/compiled_step.py --on-device --no-collectives`, the float32
   streams of one optimizer step on BERT-base shapes as the accelerator's compiler builds it.
 
-Each backend runs in its own subprocess (Keras fixes its backend per process). ``device`` names
-what each backend found: TensorFlow uses a GPU when one is visible, and the host CPU on a TPU VM
-(it reaches a TPU only through `TPUStrategy`). ``--smoke`` runs the same checks at toy size, on
-a CPU in about a minute.
+Each backend runs in its own subprocess (Keras fixes its backend per process); ``--backends``
+picks some, by default every one installed (a machine without TensorFlow runs the rest, and the
+report lists the missing ones under ``not_installed``). ``device`` names what each backend
+found: TensorFlow uses a GPU when one is visible, and the host CPU on a TPU VM (it reaches a TPU
+only through `TPUStrategy`). ``--smoke`` runs the same checks at toy size, on a CPU in about a
+minute.
 """
 
 import argparse
