@@ -10,8 +10,8 @@ seconds it took; at full size it runs in under 8 minutes on one accelerator:
   NumPy transcription of their equations (below); ``passed`` when every weight is within rtol
   1e-5, atol 1e-6.
 - ``step_time``: `benchmarks/optimizer_step.py` on BERT-base and ResNet-50 shapes (TensorFlow,
-  XLA on and off; JAX, jitted, where TensorFlow is not installed): LAMB / AdamW and LARS /
-  SGD-momentum, timed side by side in one run.
+  XLA on and off; JAX, jitted, where TensorFlow is not installed or not selected): LAMB / AdamW
+  and LARS / SGD-momentum, timed side by side in one run.
 - ``pretraining``: the pretraining recipe's BERT (base; ``--smoke``: tiny) in ``mixed_bfloat16``,
   `model.fit` on synthetic NumPy batches at sequence length 128, examples per second with LAMB
   and with Keras's AdamW in alternating rounds, on TensorFlow and on JAX.
@@ -390,8 +390,13 @@ def main(argv=None):
         )
         for check in checks:
             report.setdefault(check, {})[backend] = result.get(check, result)
-    # The optimizer step is timed on TensorFlow (XLA on and off) where it is installed, else JAX.
+    # The optimizer step is timed on TensorFlow (XLA on and off) where it is installed and
+    # selected, else on JAX; a section that has neither is reported as skipped.
     step_backend = next((b for b in ("tensorflow", "jax") if b in backends), None)
+    if "step_time" in args.sections and not step_backend:
+        report["step_time"] = {"skipped": "needs TensorFlow or JAX among the backends"}
+    if "compiled_step" in args.sections and "jax" not in backends:
+        report["compiled_step"] = {"skipped": "needs JAX among the backends"}
     if "step_time" in args.sections and step_backend:
         report["step_time"] = _timed(
             lambda: _run(

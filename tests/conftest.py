@@ -33,8 +33,9 @@ def pytest_configure(config):
 
 
 # With KERAS_LARGEBATCH_GC_LOG=PATH, every garbage collection of a test process that takes longer
-# than GC_LOG_SECONDS appends a line to PATH: its seconds, its generation and the test it ran in
-# (under pytest-xdist each worker process appends its own). A measurement aid for the suite's
+# than GC_LOG_SECONDS appends a line to PATH: its seconds, its generation, the test it ran in,
+# the objects it freed, those left tracked (frozen ones not counted) and the process's resident
+# memory (under pytest-xdist each worker process appends its own). A measurement aid for the suite's
 # time, off by default.
 GC_LOG_ENV = "KERAS_LARGEBATCH_GC_LOG"
 GC_LOG_SECONDS = 0.5

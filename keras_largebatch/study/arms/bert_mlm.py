@@ -151,7 +151,9 @@ class MaskedLanguageModelWorkload:
 
     def load(self):
         """The prepared corpus, a `bert_mlm_data.MaskedLanguageModelData`, read from the
-        cache of ``data_dir`` (`bert_mlm_data.load`: prepared and cached first when missing).
+        cache in ``data_dir`` (default: a directory of `bert_mlm_data.default_cache_dir` named
+        by the corpus and a hash of `data_settings`), prepared and cached first when missing
+        (`bert_mlm_data.load`).
 
         Raises:
             ValueError: the cache directory holds arrays prepared under other settings.

@@ -6,8 +6,8 @@ document so that no document has sequences in two splits.
 The corpus is the documentation Debian packages ship (`debian_text`), or, for tests and quick
 runs, Python's own documentation (`keras_largebatch.bert.data.corpus.default_corpus_documents`).
 The vocabulary is learned from the whole corpus, as BERT's was (Devlin et al.,
-arXiv:1810.04805). `load` reads the arrays from a cache named by the settings that decide them
-(`data_settings`), preparing and writing it first when it is missing.
+arXiv:1810.04805). `load` reads the arrays from a cache directory (by default one named by the
+settings that decide them, `data_settings`), preparing and writing it first when it is missing.
 """
 
 import dataclasses
