@@ -69,9 +69,18 @@ def plot_steps(config, state, metric, path):
             fit.minimum_steps * (1 + fit.critical_batch_size / grid),
             color="grey",
             linestyle="--",
-            label=f"pilot's fit, B_crit {fit.critical_batch_size:,.0f}",
+            label=f"pilot's fit, S_min (1 + B_crit / B), S_min {fit.minimum_steps:,.0f}",
         )
-        axes.axvline(fit.critical_batch_size, color="grey", linewidth=0.8)
+        interval = ""
+        if math.isfinite(fit.low) and math.isfinite(fit.high):
+            axes.axvspan(fit.low, fit.high, color="grey", alpha=0.15, linewidth=0)
+            interval = f" [{fit.low:,.0f}, {fit.high:,.0f}], shaded"
+        axes.axvline(
+            fit.critical_batch_size,
+            color="grey",
+            linewidth=0.8,
+            label=f"B_crit {fit.critical_batch_size:,.0f}{interval}",
+        )
     axes.set_xscale("log", base=2)
     axes.set_yscale("log")
     axes.set_xlabel("batch size")
