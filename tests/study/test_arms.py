@@ -245,8 +245,8 @@ def test_arm_a_runs_end_to_end_on_its_tiny_preset(tmp_path):
     outcome = runner.run_arm(config, str(tmp_path / "arm"), page=str(page))
     rows = ledger.read_rows(str(tmp_path / "arm"))
     # Pilot: 2 batch sizes x (1 search + 1 refinement + 1 seed); main: 1 batch size x 2
-    # optimizers x (1 + 1 + 2 seeds).
-    assert outcome.trials_trained == len(rows) == 14
+    # optimizers x (1 + 1 + 1 seed).
+    assert outcome.trials_trained == len(rows) == 12
     assert {row["phase"] for row in rows} == {
         f"{stage}-{phase}"
         for stage in ("pilot", "main")
