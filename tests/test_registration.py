@@ -1,5 +1,8 @@
 """``import keras_largebatch`` registers every serializable class with Keras, in a fresh process,
-without importing Keras itself."""
+without importing Keras itself.
+
+Each backend's save and load processes (tests/support/registration_round_trip.py) run once and
+serve every test that reads them: their import orders are those the registration must survive."""
 
 import ast
 import json
@@ -14,7 +17,8 @@ import pytest
 from tests.support.runs import ROOT
 
 PACKAGE = ROOT / "keras_largebatch"
-LOAD_ORDERS = ("package_first", "keras_first", "without_package")
+# "keras_first" also loads without the package, before importing it.
+LOAD_ORDERS = ("package_first", "keras_first")
 
 
 def _run(*args, backend="jax"):
@@ -62,33 +66,48 @@ print(json.dumps(sorted(
 """
 
 
-def test_the_package_registers_every_decorated_class_in_either_import_order():
+@pytest.fixture(scope="module")
+def round_trip(tmp_path_factory):
+    """backend -> (work directory, what the save process and each load process printed), each
+    backend's processes run once for every test that reads them."""
+    runs = {}
+
+    def run(backend):
+        if backend not in runs:
+            work_dir = tmp_path_factory.mktemp(f"round_trip_{backend}")
+            module = "tests.support.registration_round_trip"
+            saved = _run("-m", module, "save", work_dir, backend=backend)
+            with ThreadPoolExecutor(max_workers=2) as pool:
+                loaded = pool.map(
+                    lambda order: _run("-m", module, "load", work_dir, order, backend=backend),
+                    LOAD_ORDERS,
+                )
+                printed = {"save": saved}
+                for result in loaded:
+                    printed.update(result)
+            runs[backend] = work_dir, printed
+        return runs[backend]
+
+    return run
+
+
+def test_the_package_registers_every_decorated_class_in_either_import_order(round_trip):
     expected = _decorated_names()
     # 6 classes and the `biases_and_norms` rule.
     assert "keras_largebatch>biases_and_norms" in expected and len(expected) == 7, expected
-    for first in (
-        "import keras_largebatch",
-        "import keras; import keras_largebatch",
-        # Looking Keras up, without importing it, leaves the registration to come.
-        "import importlib.util, keras_largebatch; assert importlib.util.find_spec('keras')",
-    ):
-        program = REGISTERED.format(first=first)
-        assert set(_run("-c", program)) == expected, first
+    # Fresh processes of the round trip: the package imported first, Keras imported first, and
+    # (the save) the package imported, then Keras looked up without importing it, which leaves
+    # the registration to come.
+    _, printed = round_trip("jax")
+    for order in ("package_first", "keras_first", "save"):
+        assert set(printed[order]["registered"]) == expected, order
 
 
-MODULES = """
-import json, sys
-import keras_largebatch
-import keras
-print(json.dumps(sorted(m for m in sys.modules if m.startswith("keras_largebatch."))))
-"""
-
-
-def test_registration_works_whichever_of_its_modules_is_imported_first():
+def test_registration_works_whichever_of_its_modules_is_imported_first(round_trip):
     # Registration imports these modules when Keras finishes loading, and Keras may be loading
     # because one of them, half-imported, asked for it. Importing `keras_largebatch.a.b` runs
     # `keras_largebatch.a` first, so each top-level module or subpackage is one case.
-    modules = _run("-c", MODULES)
+    modules = round_trip("jax")[1]["package_first"]["modules"]
     assert "keras_largebatch.optimizers.lamb" in modules, modules
     firsts = sorted({".".join(module.split(".")[:2]) for module in modules})
     assert "keras_largebatch.schedules" in firsts, firsts
@@ -103,19 +122,8 @@ def test_registration_works_whichever_of_its_modules_is_imported_first():
 
 
 @pytest.mark.parametrize("backend", ["tensorflow", "jax"])
-def test_a_model_saved_with_our_optimizers_loads_in_a_fresh_process(backend, tmp_path):
-    module = "tests.support.registration_round_trip"
-    _run("-m", module, "save", tmp_path, backend=backend)
-    with ThreadPoolExecutor(max_workers=2) as pool:
-        loaded = dict(
-            zip(
-                LOAD_ORDERS,
-                pool.map(
-                    lambda order: _run("-m", module, "load", tmp_path, order, backend=backend),
-                    LOAD_ORDERS,
-                ),
-            )
-        )
+def test_a_model_saved_with_our_optimizers_loads_in_a_fresh_process(backend, round_trip):
+    work_dir, loaded = round_trip(backend)
 
     # Without the package Keras cannot find the classes; this is what the import fixes.
     assert "Could not locate class 'LAMB'" in loaded["without_package"]["lamb"]["error"]
@@ -138,8 +146,8 @@ def test_a_model_saved_with_our_optimizers_loads_in_a_fresh_process(backend, tmp
                 assert loaded[order][case]["same_config"], (order, case)
         for case in ("lamb", "lars"):
             # N steps, save, load in a fresh process, N steps: the weights of 2N steps.
-            uninterrupted = np.load(tmp_path / f"{case}_uninterrupted.npz")
-            resumed = np.load(tmp_path / f"{order}_{case}.npz")
+            uninterrupted = np.load(work_dir / f"{case}_uninterrupted.npz")
+            resumed = np.load(work_dir / f"{order}_{case}.npz")
             assert len(resumed.files) == len(uninterrupted.files) == 6
             for name in uninterrupted.files:
                 np.testing.assert_array_equal(resumed[name], uninterrupted[name])

@@ -1,18 +1,20 @@
-"""Save models compiled with our optimizers in one process, load them in a fresh one.
+"""Save models compiled with our optimizers in one process, load them in fresh ones.
 
 Run by tests/test_registration.py, on the backend that ``KERAS_BACKEND`` names, as
 
     python -m tests.support.registration_round_trip save WORK_DIR
     python -m tests.support.registration_round_trip load WORK_DIR ORDER
 
-``save`` trains each case's model `STEPS` steps, saves it (``CASE.keras``), trains `STEPS` more
-and writes those weights (``CASE_uninterrupted.npz``), and writes the serialized optimizers of
-`SERIALIZED` with their configs (``serialized.json``). ``load`` starts from nothing but Keras
-and, by ``ORDER``, ``import keras_largebatch`` before Keras (``package_first``), after it
-(``keras_first``) or not at all (``without_package``); it then loads each model, trains it
-`STEPS` steps (``ORDER_CASE.npz``) and deserializes the optimizers. The last line printed is
-one JSON object: what ``import keras_largebatch`` imported, and per case the loaded classes or
-the error.
+``save`` imports ``keras_largebatch``, looks Keras up without importing it, then imports it and
+records which classes the package registered; it trains each case's model `STEPS` steps, saves
+it (``CASE.keras``), trains `STEPS` more and writes those weights (``CASE_uninterrupted.npz``),
+and writes the serialized optimizers of `SERIALIZED` with their configs (``serialized.json``).
+``load`` starts from nothing but Keras and, by ``ORDER``, ``import keras_largebatch`` before
+Keras (``package_first``) or after it (``keras_first``), recording what the package imported
+with it or registered; ``keras_first`` first tries every case without the package
+(``without_package``). Each order then loads each model, trains it `STEPS` steps
+(``ORDER_CASE.npz``) and deserializes the optimizers. The last line printed is one JSON object:
+per order, the imports and registrations, and per case the loaded classes or the error.
 """
 
 import json
@@ -93,9 +95,27 @@ def _comparable(config):
     return json.loads(json.dumps(config))
 
 
+def _registered():
+    import keras
+
+    return sorted(
+        name
+        for name, value in keras.saving.get_custom_objects().items()
+        if value.__module__.startswith("keras_largebatch.")
+    )
+
+
 def save(work_dir):
+    import importlib.util
+
+    import keras_largebatch  # noqa: F401
+
+    # Looking Keras up, without importing it, leaves the registration to come.
+    assert importlib.util.find_spec("keras")
     import keras
     import numpy as np
+
+    result = {"registered": _registered()}
 
     for case, optimizer in _cases().items():
         keras.utils.set_random_seed(0)
@@ -114,7 +134,7 @@ def save(work_dir):
     }
     with open(os.path.join(work_dir, "serialized.json"), "w") as stream:
         json.dump(serialized, stream)
-    return {}
+    return result
 
 
 def _class_name(value):
@@ -122,18 +142,37 @@ def _class_name(value):
 
 
 def load(work_dir, order):
-    result = {}
     if order == "package_first":
         import keras_largebatch  # noqa: F401
 
-        result["imported_with_package"] = sorted(
+        imported = sorted(
             name for name in ("jax", "keras", "keras_hub", "tensorflow") if name in sys.modules
         )
+    import keras  # noqa: F401
+
+    if order == "package_first":
+        result = {
+            "package_first": {
+                "imported_with_package": imported,
+                "registered": _registered(),
+                "modules": sorted(m for m in sys.modules if m.startswith("keras_largebatch.")),
+            }
+        }
+    else:
+        # Without the package Keras cannot find the classes; then the import fixes it.
+        result = {"without_package": _load_cases(work_dir, "without_package")}
+        import keras_largebatch  # noqa: F401
+
+        result["keras_first"] = {"registered": _registered()}
+    result[order].update(_load_cases(work_dir, order))
+    return result
+
+
+def _load_cases(work_dir, order):
     import keras
     import numpy as np
 
-    if order == "keras_first":
-        import keras_largebatch  # noqa: F401
+    result = {}
     for case in _cases_saved(work_dir):
         try:
             model = keras.models.load_model(os.path.join(work_dir, f"{case}.keras"))
