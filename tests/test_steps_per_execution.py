@@ -41,7 +41,7 @@ def collective():
 
 
 @pytest.mark.parametrize("optimizer, accumulation", COLLECTIVE_CASES)
-def test_collective_all_reduce_runs_four_steps_per_execution_as_single_steps(
+def test_collective_all_reduce_runs_three_steps_per_execution_as_single_steps(
     collective, optimizer, accumulation
 ):
     difference = collective[f"{optimizer}/{accumulation}"]
