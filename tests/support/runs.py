@@ -46,14 +46,21 @@ class InterruptAfter(keras.callbacks.Callback):
         raise Interrupt(f"interrupted after {self.batches} training calls")
 
 
-def run_on_jax(module, *args, timeout=300):
+def run_on_jax(module, *args, timeout=300, optimize_compiled_code=True):
     """Runs ``python -m module args`` on the JAX backend with 2 CPU devices and returns the JSON
     object it prints on its last line (this process runs Keras on TensorFlow, and a process
-    holds one backend)."""
+    holds one backend).
+
+    ``optimize_compiled_code=False`` turns off LLVM's optimization of the code XLA generates,
+    most of what compiling small programs costs: for modules whose results are compared only
+    with each other, every one compiled alike."""
+    xla_flags = "--xla_force_host_platform_device_count=2"
+    if not optimize_compiled_code:
+        xla_flags += " --xla_backend_optimization_level=0"
     env = dict(
         os.environ,
         KERAS_BACKEND="jax",
-        XLA_FLAGS="--xla_force_host_platform_device_count=2",
+        XLA_FLAGS=xla_flags,
         JAX_PLATFORMS="cpu",
         CUDA_VISIBLE_DEVICES="",
     )
