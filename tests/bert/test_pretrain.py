@@ -458,25 +458,34 @@ def test_mixed_precision_trains_with_float32_weights(tmp_path, records, uninterr
 
 def test_a_fixed_config_runs_after_a_refused_one_and_a_different_one_is_refused(tmp_path, records):
     # A run refused before its first checkpoint leaves nothing to resume: the corrected
-    # command takes the directory over.
+    # command takes the directory over. One phase of 1 or 2 steps: the refusals and the
+    # take-overs read the run directory, not the training.
+    def one_phase(record_file, steps):
+        return _config(
+            tmp_path,
+            record_file,
+            "phases=[{seq_length: 16, max_predictions_per_seq: 4, global_batch_size: 4, "
+            f"steps: {steps}, warmup_steps: 0, input_files: ['{record_file}']}}]",
+        )
+
     with pytest.raises(ValueError, match="matches no file"):
         pretrain_lib.pretrain(
-            _config(tmp_path, str(tmp_path / "typo-*.tfrecord")), log=lambda line: None
+            one_phase(str(tmp_path / "typo-*.tfrecord"), 1), log=lambda line: None
         )
-    config = _config(tmp_path, records["varied"], "phases.1.steps=2", "phases.1.warmup_steps=0")
-    assert pretrain_lib.pretrain(config, log=lambda line: None)["global_steps"] == 8
-    changed = _config(tmp_path, records["varied"], "phases.1.steps=4", "phases.1.warmup_steps=0")
+    config = one_phase(records["varied"], 1)
+    assert pretrain_lib.pretrain(config, log=lambda line: None)["global_steps"] == 1
+    changed = one_phase(records["varied"], 2)
     with pytest.raises(
         ValueError,
         match=r"holds a run with a different config \(differs at "
-        r"\['phases.1.steps'\]\).*overwrite=true",
+        r"\['phases.0.steps'\]\).*overwrite=true",
     ):
         pretrain_lib.pretrain(changed, log=lambda line: None)
     user_file = tmp_path / "notes.txt"
     user_file.write_text("mine")
     changed.overwrite = True
     summary = pretrain_lib.pretrain(changed, log=lambda line: None)
-    assert summary["global_steps"] == 10 and summary["resumed_from_step"] is None
+    assert summary["global_steps"] == 2 and summary["resumed_from_step"] is None
     assert user_file.read_text() == "mine"
 
 
