@@ -25,8 +25,9 @@ step in their first phase and 2 input pipelines. The recipes' runs share the lau
 toy runs (a launch costs each process seconds of start-up) and read the record files that
 `write_recipe_data` wrote before it (the processes of a group would race to write them):
 
-* ``reference`` (1 process): the toy run, BERT and the images each on 2 devices and on 1; the
-  first global micro-batch.
+* ``reference`` (1 process): the toy run and BERT each on 2 devices and on 1, the images on 1
+  (tests/vision/test_train_jax.py compares them on 2 devices with 1); the first global
+  micro-batch.
 * ``group``: processes given different configs; a whole toy run with its progress lines; the
   first global micro-batch; BERT; then a toy run that every process kills (SIGKILL) after step
   4's checkpoint.
@@ -338,7 +339,6 @@ def _reference(work_dir, record):
     record["first_micro_batch"] = _first_micro_batch(work_dir, TWO_PIPELINES)
     record["bert_two_devices"] = _bert(work_dir, "bert_two_devices")
     record["bert_one_device"] = _bert(work_dir, "bert_one_device", ONE_DEVICE)
-    record["images_two_devices"] = _images(work_dir, "images_two_devices")
     record["images_one_device"] = _images(work_dir, "images_one_device", ONE_DEVICE)
 
 
