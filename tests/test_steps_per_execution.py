@@ -55,7 +55,7 @@ def test_collective_all_reduce_runs_three_steps_per_execution_as_single_steps(
         (tf.distribute.ReductionToOneDevice, "LARS", None),
     ],
 )
-def test_other_reductions_run_four_steps_per_execution_as_single_steps(
+def test_other_reductions_run_three_steps_per_execution_as_single_steps(
     cross_device_ops, optimizer, accumulation
 ):
     strategy = tf.distribute.MirroredStrategy(DEVICES, cross_device_ops=cross_device_ops())
