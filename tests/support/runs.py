@@ -52,8 +52,9 @@ def run_on_jax(module, *args, timeout=300, optimize_compiled_code=True):
     holds one backend).
 
     ``optimize_compiled_code=False`` turns off LLVM's optimization of the code XLA generates,
-    most of what compiling small programs costs: for modules whose results are compared only
-    with each other, every one compiled alike."""
+    most of what compiling small programs costs: for modules whose results are compared with
+    each other, every one compiled alike, or with NumPy within the tolerances the optimized
+    code passes too."""
     xla_flags = "--xla_force_host_platform_device_count=2"
     if not optimize_compiled_code:
         xla_flags += " --xla_backend_optimization_level=0"
