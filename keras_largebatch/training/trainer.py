@@ -251,7 +251,8 @@ class Trainer:
         callbacks = self.recipe.callbacks(phase) + [LearningRateLogger()]
         if getattr(getattr(optimizer, "inner_optimizer", optimizer), "record_trust_ratio", False):
             callbacks.append(TrustRatioMonitor())
-        callbacks += [windows] + self.callbacks + [ReleaseInputOnStop()]
+        release = ReleaseInputOnStop()
+        callbacks += [windows] + self.callbacks + [release]
         step = start_step
         while True:
             for first_step, end_step, window in _fit_segments(
@@ -259,16 +260,17 @@ class Trainer:
             ):
                 if self.summary.target is not None or self.diverged is not None:
                     break
-                self.model.fit(
-                    make_phase_dataset(
-                        self.devices, self.recipe, phase, first_step + self.input_offset
-                    ),
-                    epochs=(end_step - first_step) // window,
-                    steps_per_epoch=window * phase.gradient_accumulation_steps,
-                    callbacks=callbacks,
-                    shuffle=False,
-                    verbose=0,
-                )
+                with release:  # an error leaving `fit` drops its input too
+                    self.model.fit(
+                        make_phase_dataset(
+                            self.devices, self.recipe, phase, first_step + self.input_offset
+                        ),
+                        epochs=(end_step - first_step) // window,
+                        steps_per_epoch=window * phase.gradient_accumulation_steps,
+                        callbacks=callbacks,
+                        shuffle=False,
+                        verbose=0,
+                    )
             if self.diverged is None:
                 break
             step = self._roll_back(phase)

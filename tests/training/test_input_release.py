@@ -1,5 +1,6 @@
-"""`ReleaseInputOnStop`: a `fit` stopped early leaves no input iterator behind for the garbage
-collector; checked against the same `fit` without it, which does."""
+"""`ReleaseInputOnStop`: a `fit` stopped early, or left by an error, leaves no input iterator
+behind for the garbage collector; checked against the same `fit` without it, which does, and
+on the harness, whose runs an interruption ends."""
 
 import gc
 
@@ -9,7 +10,10 @@ import pytest
 import tensorflow as tf
 from keras.src.trainers.epoch_iterator import EpochIterator
 
+from keras_largebatch.training import trainer
 from keras_largebatch.training.input_release import ReleaseInputOnStop
+from tests.support.runs import Interrupt, InterruptAfter
+from tests.support.toy_recipe import ToyRegression, load
 
 
 class _StopAtThirdStep(keras.callbacks.Callback):
@@ -18,9 +22,24 @@ class _StopAtThirdStep(keras.callbacks.Callback):
             self.model.stop_training = True
 
 
-def _epoch_iterators_left_after_fit(callbacks, steps):
-    """The epoch iterators alive after a `fit` of ``steps`` steps on a prefetched, repeated
-    dataset, with automatic collection off so that a reference cycle stays visible."""
+def _epoch_iterators_left(run):
+    """The epoch iterators alive after ``run()`` (and after an `Interrupt` it raises is
+    dropped), with automatic collection off so that a reference cycle stays visible; the
+    cycle, if any, is collected at once, while its input iterator is young."""
+    gc.collect()
+    gc.disable()
+    try:
+        try:
+            run()
+        except Interrupt:
+            pass
+        return sum(isinstance(thing, EpochIterator) for thing in gc.get_objects())
+    finally:
+        gc.enable()
+        gc.collect()
+
+
+def _fit(callbacks, steps, release=None):
     features = tf.constant(np.random.default_rng(0).random((64, 4), dtype=np.float32))
     dataset = (
         tf.data.Dataset.range(64)
@@ -31,22 +50,43 @@ def _epoch_iterators_left_after_fit(callbacks, steps):
     )
     model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
     model.compile("sgd", "mse")
-    gc.collect()
-    gc.disable()
-    try:
+
+    def run():
         model.fit(
             dataset, epochs=1, steps_per_epoch=steps, callbacks=callbacks, shuffle=False, verbose=0
         )
-        return sum(isinstance(thing, EpochIterator) for thing in gc.get_objects())
-    finally:
-        gc.enable()
+
+    if release is None:
+        return run
+    return lambda: _within(release, run)
+
+
+def _within(release, run):
+    with release:
+        run()
 
 
 @pytest.mark.parametrize("release", [False, True])
 def test_an_early_stopped_fit_leaves_its_input_only_without_the_callback(release):
     callbacks = [_StopAtThirdStep()] + ([ReleaseInputOnStop()] if release else [])
-    assert _epoch_iterators_left_after_fit(callbacks, steps=20) == (0 if release else 1)
+    assert _epoch_iterators_left(_fit(callbacks, steps=20)) == (0 if release else 1)
+
+
+@pytest.mark.parametrize("within", [False, True])
+def test_a_fit_left_by_an_error_leaves_its_input_only_outside_the_callbacks_context(within):
+    release = ReleaseInputOnStop()
+    run = _fit([InterruptAfter(3), release], steps=20, release=release if within else None)
+    assert _epoch_iterators_left(run) == (0 if within else 1)
 
 
 def test_a_fit_that_runs_its_epochs_out_is_left_alone():
-    assert _epoch_iterators_left_after_fit([ReleaseInputOnStop()], steps=5) == 0
+    assert _epoch_iterators_left(_fit([ReleaseInputOnStop()], steps=5)) == 0
+
+
+def test_an_interrupted_harness_run_leaves_no_input_behind(tmp_path):
+    config = load(tmp_path)
+
+    def run():
+        trainer.train(config, ToyRegression(config), [InterruptAfter(3)], lambda line: None)
+
+    assert _epoch_iterators_left(run) == 0
