@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from keras_largebatch import LAMB, LARS
+from keras_largebatch.training.input_release import ReleaseInputOnStop
 from tests.support.regression import build_model, regression_data
 from tests.support.runs import Interrupt, InterruptAfter
 
@@ -53,15 +54,18 @@ def compiled_model(name):
 
 def fit(model, epochs, callbacks=()):
     features, targets = data()
-    model.fit(
-        features,
-        targets,
-        batch_size=BATCH_SIZE,
-        epochs=epochs,
-        shuffle=False,
-        verbose=0,
-        callbacks=list(callbacks),
-    )
+    # An interrupted fit drops its input at once, not in a later collection of the suite.
+    release = ReleaseInputOnStop()
+    with release:
+        model.fit(
+            features,
+            targets,
+            batch_size=BATCH_SIZE,
+            epochs=epochs,
+            shuffle=False,
+            verbose=0,
+            callbacks=[*callbacks, release],
+        )
 
 
 def state(model):
