@@ -1,13 +1,18 @@
-"""Run the LAMB/LARS reference cases on the backend named by KERAS_BACKEND.
+"""Run the LAMB/LARS reference cases, then test_keras_contract.py under pytest, on the backend
+named by KERAS_BACKEND.
 
-Started in a subprocess by test_backends.py (a process can hold only one Keras backend);
-prints one JSON object: case name -> the largest |actual - expected| / (1e-6 + 1e-5 |expected|)
-against the NumPy transcription, so values below 1 pass at rtol 1e-5 (atol 1e-6).
+Started in a subprocess by test_backends.py (a process can hold only one Keras backend; one
+process serves both, so Keras and the backend are imported once); prints pytest's report, then
+one JSON object: "reference_cases", case name -> the largest |actual - expected| / (1e-6 + 1e-5
+|expected|) against the NumPy transcription, so values below 1 pass at rtol 1e-5 (atol 1e-6);
+"keras_contract", pytest's exit status.
 """
 
 import json
+import os
 
 import numpy as np
+import pytest
 
 from keras_largebatch import LAMB, LARS
 from tests.optimizers import reference, skip_cases, test_lamb, test_lars
@@ -31,7 +36,11 @@ def _mean_steps(gradient_steps, k):
     ]
 
 
-def main():
+CONTRACT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "test_keras_contract.py")
+
+
+def reference_errors():
+    """Case name -> the tolerance each reference case used (module docstring)."""
     import keras
 
     modes = [None, "jax_jit"] if keras.backend.backend() == "jax" else [None]
@@ -70,7 +79,15 @@ def main():
                 errors[f"{name}/skip_non_finite_steps/{accumulation}/{mode}"] = (
                     result["error"] if counted else float("inf")
                 )
-    print(json.dumps(errors))
+    return errors
+
+
+def main():
+    errors = reference_errors()
+    # Without the suite's conftest.py: it sets up TensorFlow's logical CPUs, which a process
+    # on another backend neither uses nor needs to import TensorFlow for.
+    contract = pytest.main(["-q", "-p", "no:cacheprovider", "--noconftest", CONTRACT])
+    print(json.dumps({"reference_cases": errors, "keras_contract": int(contract)}))
 
 
 if __name__ == "__main__":

@@ -10,21 +10,30 @@ ROOT = Path(__file__).resolve().parents[2]
 OTHER_BACKENDS = ["jax", "torch"]
 
 
-def _run_on(backend, *arguments):
-    """Run ``python arguments`` from the repository root with Keras on ``backend`` (a process
-    holds one Keras backend), on the CPU."""
+@pytest.fixture(scope="module", params=OTHER_BACKENDS)
+def backend_check(request):
+    """What ``python -m tests.optimizers.backend_check`` printed with Keras on the backend
+    ``request.param`` (a process holds one Keras backend), on the CPU: pytest's report of
+    test_keras_contract.py, and the last line's JSON object."""
+    backend = request.param
     pytest.importorskip(backend)
     env = dict(os.environ, KERAS_BACKEND=backend, CUDA_VISIBLE_DEVICES="", JAX_PLATFORMS="cpu")
-    return subprocess.run(
-        [sys.executable, *arguments], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600
+    result = subprocess.run(
+        [sys.executable, "-m", "tests.optimizers.backend_check"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
+    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-4000:]
+    *report, last = result.stdout.strip().splitlines()
+    return backend, report, json.loads(last)
 
 
-@pytest.mark.parametrize("backend", OTHER_BACKENDS)
-def test_reference_cases_on_other_backends(backend):
-    result = _run_on(backend, "-m", "tests.optimizers.backend_check")
-    assert result.returncode == 0, result.stderr[-4000:]
-    errors = json.loads(result.stdout.strip().splitlines()[-1])
+def test_reference_cases_on_other_backends(backend_check):
+    backend, _, results = backend_check
+    errors = results["reference_cases"]
     # Per mode: 8 LAMB and 7 LARS cases, accumulation, 4 skip_non_finite_steps cases.
     expected_cases = 2 * (8 + 7 + 1 + 4) if backend == "jax" else 8 + 7 + 1 + 4
     assert len(errors) == expected_cases
@@ -32,11 +41,9 @@ def test_reference_cases_on_other_backends(backend):
     assert not worst, worst
 
 
-@pytest.mark.parametrize("backend", OTHER_BACKENDS)
-def test_keras_contract_on_other_backends(backend):
+def test_keras_contract_on_other_backends(backend_check):
     # test_keras_contract.py runs in this process on TensorFlow.
-    module = "tests/optimizers/test_keras_contract.py"
-    result = _run_on(backend, "-m", "pytest", "-q", "-p", "no:cacheprovider", module)
-    assert result.returncode == 0, result.stdout[-4000:]
-    summary = result.stdout.strip().splitlines()[-1]
+    _, report, results = backend_check
+    assert results["keras_contract"] == 0, "\n".join(report[-60:])
+    summary = report[-1]
     assert " passed" in summary and "error" not in summary, summary
