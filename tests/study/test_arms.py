@@ -12,6 +12,7 @@ from keras_largebatch.study import criteria, ledger
 from keras_largebatch.study.arms import analysis, measures, protocol, runner
 from keras_largebatch.study.arms.config import ArmConfig, preset
 from keras_largebatch.study.arms.spaces import OPTIMIZERS
+from tests.support.fashion_mnist_files import write_fashion_mnist
 
 CRITICAL = 256
 MINIMUM_STEPS = 100
@@ -241,7 +242,11 @@ def test_arm_a_runs_end_to_end_on_its_tiny_preset(tmp_path):
     page.write_text(
         "# arms\n<!-- study-arm resnet_lars: begin -->\n<!-- study-arm resnet_lars: end -->\n"
     )
-    config = preset("resnet_lars", "tiny")
+    # On Fashion-MNIST files of the preset's 384 training images (its 320 and 64 validation)
+    # and 100 test images: each seed's run ends on the test set, whose 10,000 real images cost
+    # more than its training.
+    write_fashion_mnist(tmp_path / "fashion-mnist", num_train=384, num_test=100)
+    config = preset("resnet_lars", "tiny", data_dir=str(tmp_path / "fashion-mnist"))
     outcome = runner.run_arm(config, str(tmp_path / "arm"), page=str(page))
     rows = ledger.read_rows(str(tmp_path / "arm"))
     # Pilot: 2 batch sizes x (1 search + 1 refinement + 1 seed); main: 1 batch size x 2
