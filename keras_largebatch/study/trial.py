@@ -204,14 +204,16 @@ def run_trial(trial, config, data):
         probe_at=noise_scale_evaluations(len(steps), config.noise_scale_points),
         probe_target=config.primary_target,
     )
-    model.fit(
-        train_dataset(data, trial.batch_size, trial.seed),
-        epochs=1,
-        steps_per_epoch=budget,
-        callbacks=[evaluations, ReleaseInputOnStop()],
-        shuffle=False,
-        verbose=0,
-    )
+    release = ReleaseInputOnStop()
+    with release:  # a trial ended by an error (an interrupted study) drops its input too
+        model.fit(
+            train_dataset(data, trial.batch_size, trial.seed),
+            epochs=1,
+            steps_per_epoch=budget,
+            callbacks=[evaluations, release],
+            shuffle=False,
+            verbose=0,
+        )
     test_accuracy = test_loss = None
     if confirmation and evaluations.stop != "diverged":
         test_accuracy, test_loss = evaluate(data.test_images, data.test_labels)

@@ -106,13 +106,15 @@ def run_trial(trial, config, workload, data):
         workload.divergence_loss,
         trial.stop_after,
     )
-    model.fit(
-        workload.train_dataset(data, trial.batch_size, trial.seed),
-        epochs=1,
-        steps_per_epoch=budget,
-        callbacks=[evaluations, ReleaseInputOnStop()],
-        verbose=0,
-    )
+    release = ReleaseInputOnStop()
+    with release:  # a trial ended by an error (an interrupted study) drops its input too
+        model.fit(
+            workload.train_dataset(data, trial.batch_size, trial.seed),
+            epochs=1,
+            steps_per_epoch=budget,
+            callbacks=[evaluations, release],
+            verbose=0,
+        )
     test = None
     if trial.phase == protocol.SEEDS and evaluations.stop != "diverged":
         test = workload.evaluate(model, data, "test")
