@@ -4,7 +4,9 @@ Every run is a tiny BERT (1 layer, hidden 16) on synthetic records written by ha
 takes a few seconds. Weights are compared through the checkpoint files the runs write.
 """
 
+import contextlib
 import glob
+import io
 import json
 import os
 import shutil
@@ -136,25 +138,6 @@ def test_run_reports_steps_throughput_and_metrics(uninterrupted):
     } <= tags
 
 
-def test_resume_after_interruptions_equals_uninterrupted_run(tmp_path, records, uninterrupted):
-    _, expected = uninterrupted
-    config = _config(tmp_path, records["varied"])
-    lines = []
-    # Stopped at phase 1, step 5: the checkpoint of step 4 is the newest.
-    with pytest.raises(_Interrupt):
-        pretrain_lib.pretrain(config, callbacks=[_InterruptAfter(5)], log=lines.append)
-    # Resumes at phase 1, step 4; stopped at phase 2, step 3: phase 1's end is the newest.
-    with pytest.raises(_Interrupt):
-        pretrain_lib.pretrain(config, callbacks=[_InterruptAfter(5)], log=lines.append)
-    assert any("resuming from" in line and "phase 1, step 4" in line for line in lines)
-    # Resumes at the start of phase 2 from phase 1's weights, with a fresh optimizer.
-    summary = pretrain_lib.pretrain(config, log=lines.append)
-    assert any("phase 2, step 0 (global step 6)" in line for line in lines)
-    assert summary["global_steps"] == 12 and summary["resumed_from_step"] == 6
-    assert summary["initial"] == expected["initial"]
-    _assert_every_array_equal(_weights(summary), _weights(expected))
-
-
 def _assert_every_array_equal(actual, expected):
     """Bitwise equality of two checkpoints' arrays: every weight, embeddings included, and
     the optimizer state."""
@@ -185,16 +168,21 @@ pretrain.pretrain(config.load_config(None, sys.argv[3:]), callbacks=[Stall()])
 """
 
 
-def test_killed_process_resumes(tmp_path, records, uninterrupted):
-    _, expected = uninterrupted
-    overrides = [f"{key}={value}" for key, value in _flatten(_config(tmp_path, records["varied"]))]
-    environment = dict(os.environ, PYTHONPATH=REPOSITORY)
-    # Killed in phase 1 after step 5, with the checkpoint of step 4 the newest: the resumed
-    # run must train steps 5 to 12 again.
-    stalled = tmp_path / "stalled"
+@pytest.fixture(scope="module")
+def resumed_run(tmp_path_factory, records):
+    """One run stopped twice, each stop resumed: ``(stalled, lines, summary)``.
+
+    A process killed in phase 1 after step 5 (the checkpoint of step 4 the newest); resumed in
+    this process and interrupted by an exception in phase 2 after step 3 (phase 1's end the
+    newest); finished by the command line's ``main``. ``lines``: the progress lines of the two
+    resumed runs; ``summary``: what the command printed."""
+    output_dir = tmp_path_factory.mktemp("resumed")
+    config = _config(output_dir, records["varied"])
+    overrides = [f"{key}={value}" for key, value in _flatten(config)]
+    stalled = output_dir.parent / f"{output_dir.name}-stalled"
     process = subprocess.Popen(
         [sys.executable, "-c", _RUN_THAT_STALLS, "5", str(stalled)] + overrides,
-        env=environment,
+        env=dict(os.environ, PYTHONPATH=REPOSITORY),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
@@ -202,20 +190,40 @@ def test_killed_process_resumes(tmp_path, records, uninterrupted):
         deadline = time.time() + 120
         while not stalled.exists() and time.time() < deadline and process.poll() is None:
             time.sleep(0.05)
-        assert stalled.exists(), f"no stall after step 5 (exit code {process.poll()})"
+        stalled_exit = process.poll()
     finally:
         process.send_signal(signal.SIGKILL)
         process.wait()
-    finished = subprocess.run(
-        [sys.executable, "-m", "keras_largebatch.bert.pretraining"] + overrides,
-        env=environment,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert finished.returncode == 0, finished.stderr[-2000:]
-    summary = json.loads(finished.stdout)
-    assert summary["global_steps"] == 12 and summary["resumed_from_step"] == 4
+    lines = []
+    if stalled.exists():
+        with pytest.raises(_Interrupt):
+            pretrain_lib.pretrain(config, callbacks=[_InterruptAfter(5)], log=lines.append)
+    printed, logged = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(printed), contextlib.redirect_stderr(logged):
+        status = pretrain_command.main(overrides)
+    assert status == 0, logged.getvalue()[-2000:]
+    lines += logged.getvalue().splitlines()
+    return (stalled.exists(), stalled_exit), lines, json.loads(printed.getvalue())
+
+
+def test_killed_process_resumes(resumed_run, uninterrupted):
+    (stalled, stalled_exit), lines, summary = resumed_run
+    assert stalled, f"no stall after step 5 (exit code {stalled_exit})"
+    # The killed process's newest checkpoint, step 4: the resumed run trains from step 5 on.
+    assert any("resuming from" in line and "phase 1, step 4" in line for line in lines)
+    assert summary["global_steps"] == 12
+    _assert_every_array_equal(_weights(summary), _weights(uninterrupted[1]))
+
+
+def test_resume_after_interruptions_equals_uninterrupted_run(resumed_run, uninterrupted):
+    _, expected = uninterrupted
+    (stalled, _), lines, summary = resumed_run
+    assert stalled
+    # Interrupted at phase 2, step 3: resumes at the start of phase 2 from phase 1's weights,
+    # with a fresh optimizer.
+    assert any("phase 2, step 0 (global step 6)" in line for line in lines)
+    assert summary["global_steps"] == 12 and summary["resumed_from_step"] == 6
+    assert summary["initial"] == expected["initial"]
     _assert_every_array_equal(_weights(summary), _weights(expected))
 
 
