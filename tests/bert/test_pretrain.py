@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from keras_largebatch import input_order
 from keras_largebatch.bert import pretraining as pretrain_lib
 from keras_largebatch.bert.pretraining import __main__ as pretrain_command
 from keras_largebatch.bert.pretraining import config as config_lib
@@ -309,45 +310,62 @@ _LINEAR_STEP = [
 ]
 
 
-def _linear_step(output_dir, record_files, accumulation=1, *overrides):
+def _linear_step_config(output_dir, record_files, accumulation=1, *overrides):
     phase = (
         "phases=[{seq_length: 16, max_predictions_per_seq: 4, global_batch_size: 8, "
         "steps: 1, warmup_steps: 0, peak_learning_rate: 1.0e-2, "
         f"gradient_accumulation_steps: {accumulation}, "
         f"input_files: [{', '.join(repr(str(path)) for path in record_files)}]}}]"
     )
+    return _config(output_dir, record_files[0], phase, *_LINEAR_STEP, *overrides)
+
+
+def _linear_step(output_dir, record_files, accumulation=1, *overrides):
     return pretrain_lib.pretrain(
-        _config(output_dir, record_files[0], phase, *_LINEAR_STEP, *overrides),
+        _linear_step_config(output_dir, record_files, accumulation, *overrides),
         log=lambda line: None,
     )
 
 
 @pytest.fixture(scope="module")
-def linear_step_on_one_device(tmp_path_factory, records):
-    return _linear_step(tmp_path_factory.mktemp("linear"), [records["varied"]])
+def step_files(tmp_path_factory, records):
+    """The first 8 records of "varied" in two files of 4: the examples of every linear step,
+    whatever order an input pipeline shuffles them in (one step of 8 takes all of them)."""
+    directory = tmp_path_factory.mktemp("step_files")
+    serialized = [record.numpy() for record in tf.data.TFRecordDataset(records["varied"]).take(8)]
+    files = [str(directory / "first.tfrecord"), str(directory / "second.tfrecord")]
+    for path, part in zip(files, (serialized[:4], serialized[4:])):
+        with tf.io.TFRecordWriter(path) as writer:
+            for record in part:
+                writer.write(record)
+    return files
 
 
-def test_linear_step_batch_has_unequal_masked_counts(records):
-    # What makes the accumulation tests below able to fail: the 4 micro-batches of 2 of the
-    # step's 8 examples carry different numbers of masked tokens.
-    first = tf.data.TFRecordDataset(records["varied"]).take(8)
-    weights = [
-        sum(
-            tf.train.Example.FromString(record.numpy())
-            .features.feature["masked_lm_weights"]
-            .float_list.value
-        )
-        for record in first
-    ]
-    micro_batch_counts = [weights[i] + weights[i + 1] for i in range(0, 8, 2)]
-    assert len(set(micro_batch_counts)) > 1, micro_batch_counts
+@pytest.fixture(scope="module")
+def linear_step_on_one_device(tmp_path_factory, step_files):
+    return _linear_step(tmp_path_factory.mktemp("linear"), step_files)
+
+
+def test_linear_step_batch_has_unequal_masked_counts(tmp_path, step_files):
+    # What makes the accumulation tests below able to fail: the step's 8 examples, in the
+    # order the input pipeline gives them, split into micro-batches of 2 (4 accumulation
+    # steps) or of 4 (2 steps) that carry different numbers of masked tokens.
+    config = _linear_step_config(tmp_path, step_files)
+    recipe = recipe_lib.BertPretraining(config)
+    plan = plan_run(config, num_replicas=1)
+    recipe.prepare(plan, lambda line: None, record_counts=input_order.count_records)
+    (_, _, weights), *_ = recipe.dataset(plan.phases[0], 8, None, 0).take(1)
+    counts = weights["masked_lm"].numpy().sum(axis=1)
+    for size in (2, 4):
+        micro_batch_counts = [counts[i : i + size].sum() for i in range(0, 8, size)]
+        assert len(set(micro_batch_counts)) > 1, (size, micro_batch_counts)
 
 
 @pytest.mark.parametrize("accumulation", [2, 4])
 def test_gradient_accumulation_equals_the_full_batch(
-    tmp_path, records, linear_step_on_one_device, accumulation
+    tmp_path, step_files, linear_step_on_one_device, accumulation
 ):
-    summary = _linear_step(tmp_path, [records["varied"]], accumulation)
+    summary = _linear_step(tmp_path, step_files, accumulation)
     assert summary["global_steps"] == 1
     # The weights only: the optimizer also holds the accumulators here.
     _assert_arrays_close(
@@ -360,13 +378,13 @@ def test_gradient_accumulation_equals_the_full_batch(
 
 
 def test_accumulation_on_two_replicas_equals_the_full_batch(
-    tmp_path, records, linear_step_on_one_device
+    tmp_path, step_files, linear_step_on_one_device
 ):
     # 2 micro-batches of 4, each split over 2 replicas: one input pipeline serves both
     # replicas, so every replica's micro-batch of 2 needs the whole step's masked count.
     summary = _linear_step(
         tmp_path,
-        [records["varied"]],
+        step_files,
         2,
         "strategy.name=mirrored",
         "strategy.devices=['/cpu:0', '/cpu:1']",
@@ -394,32 +412,29 @@ def accumulate_on_workers(strategy, output_dir, record_files):
     }
 
 
-def test_accumulation_on_two_workers_equals_the_full_batch(tmp_path, records):
-    # Each worker reads its own files: two files of 4 records, one step's examples in all,
-    # whatever order each pipeline shuffles them in. Their masked counts differ, so a loss
-    # normalized per worker would weigh the tokens of one worker's file more.
-    serialized = [record.numpy() for record in tf.data.TFRecordDataset(records["varied"])]
-    files = [str(tmp_path / "first.tfrecord"), str(tmp_path / "second.tfrecord")]
-    for path, part in zip(files, (serialized[:4], serialized[4:8])):
-        with tf.io.TFRecordWriter(path) as writer:
-            for record in part:
-                writer.write(record)
+def test_accumulation_on_two_workers_equals_the_full_batch(
+    tmp_path, step_files, linear_step_on_one_device
+):
+    # Each worker reads its own file of 4 records: one step's examples in all, whatever order
+    # each pipeline shuffles them in. Their masked counts differ, so a loss normalized per
+    # worker would weigh the tokens of one worker's file more.
     counts = [
-        sum(_masked_lm_weights(record) for record in part)
-        for part in (serialized[:4], serialized[4:8])
+        sum(_masked_lm_weights(record.numpy()) for record in tf.data.TFRecordDataset(path))
+        for path in step_files
     ]
     assert counts[0] != counts[1], counts
-    on_one_device = _linear_step(tmp_path / "one_device", files)
     chief, other = run_multi_worker(
         accumulate_on_workers,
         num_workers=2,
-        kwargs={"output_dir": str(tmp_path / "workers"), "record_files": files},
+        kwargs={"output_dir": str(tmp_path / "workers"), "record_files": step_files},
         timeout=240,
     )
     assert int(chief["num_replicas"]) == int(other["num_replicas"]) == 2
     assert int(chief["global_steps"]) == int(other["global_steps"]) == 1
     weights = {name: value for name, value in chief.items() if name.startswith("layers/")}
-    _assert_arrays_close(weights, _weights(on_one_device), rtol=1e-5, atol=1e-7, prefix="layers/")
+    _assert_arrays_close(
+        weights, _weights(linear_step_on_one_device), rtol=1e-5, atol=1e-7, prefix="layers/"
+    )
 
 
 def _masked_lm_weights(serialized):
@@ -428,12 +443,12 @@ def _masked_lm_weights(serialized):
 
 
 def test_two_replicas_equal_one_device_in_a_step_linear_in_the_gradient(
-    tmp_path, records, linear_step_on_one_device
+    tmp_path, step_files, linear_step_on_one_device
 ):
     # LAMB with its trust ratio and clip, as above, is blind to a uniformly scaled gradient.
     summary = _linear_step(
         tmp_path,
-        [records["varied"]],
+        step_files,
         1,
         "strategy.name=mirrored",
         "strategy.devices=['/cpu:0', '/cpu:1']",
