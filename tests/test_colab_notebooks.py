@@ -101,7 +101,11 @@ def _execute(path, tmp_path, **parameters):
 
 
 @pytest.mark.parametrize("road", ["jax", "tensorflow"])
-def test_quickstart_trains_and_plots(road, tmp_path):
+def test_quickstart_trains_and_plots(road, tmp_path, monkeypatch):
+    if road == "jax":
+        # The kernel compiles without LLVM's optimization of XLA's code, as the BERT
+        # notebook's test below does: what is asserted is the loss falling and the schedule.
+        monkeypatch.setenv("XLA_FLAGS", "--xla_backend_optimization_level=0")
     output_dir = tmp_path / "quickstart"
     printed = _execute(
         ROOT / "colab" / "quickstart.ipynb", tmp_path, ROAD=road, OUTPUT_DIR=str(output_dir)
