@@ -1,5 +1,11 @@
 """The trainer under MultiWorkerMirroredStrategy: two workers on localhost train one run.
 
+- Each worker reads only its own record files, positioned at the resumed step, as the JAX
+  road's processes do: the BERT recipe's phase dataset built through the harness
+  (`trainer.make_phase_dataset` on `devices.TensorFlowDevices`) at step 3 of a phase of 4
+  files whose records carry their file and place in ``input_ids[1]``; the reference is one
+  process's pipeline for the same input context, read without any strategy.
+
 - Given different configs, both workers fail before any training, with one message naming
   the key and both values (the workers compare what they agree on through the strategy's
   all-gather, as JAX's processes do through theirs).
@@ -11,9 +17,10 @@
 - Killed at step 5 on both workers and started again, they resume from the checkpoint of
   step 4 and end with the uninterrupted run's loss, to the bit.
 
-The reference is one process: the same config trained without a strategy reaches the same
-number of steps and keeps the same files. (The losses differ: each worker reads half of the
-examples, so the global batches are not the one process's.)
+The reference of the runs is one process: the same config trained without a strategy reaches
+the same number of steps and keeps the same files. (The losses differ: each worker reads half of
+the examples, so the global batches are not the one process's.) One launch of the two workers
+serves every test: each worker process costs seconds of TensorFlow start-up.
 """
 
 import json
@@ -22,13 +29,55 @@ import os
 import keras
 import numpy as np
 import pytest
+import tensorflow as tf
 
+from keras_largebatch import input_order
+from keras_largebatch.bert.pretraining import config as config_lib
+from keras_largebatch.bert.pretraining.recipe import BertPretraining
 from keras_largebatch.training import trainer
+from keras_largebatch.training.devices import TensorFlowDevices
+from keras_largebatch.training.plan import plan_run
+from tests.bert.test_input_pipeline import MAX_PREDICTIONS, SEQ_LENGTH, VOCABULARY, _write_files
 from tests.support.multiworker import run_multi_worker
 from tests.support.toy_recipe import ToyRegression, load
 
 # One phase of 8 steps: a checkpoint at 4 and 8, evaluations every 2.
 ONE_PHASE = ("strategy.name=multi_worker", "phases=[{steps: 8}]")
+# The BERT input: records per file, the step read from, micro-batches read per worker (16
+# examples, more than a worker's 12 records).
+PER_FILE = 6
+START_STEP = 3
+BATCHES = 4
+
+
+def _bert_recipe(files, vocab_file, num_replicas):
+    config = config_lib.load_config(
+        overrides=[
+            "output_dir=unused",
+            f"data.vocab_file={vocab_file}",
+            "data.shuffle_buffer_size=5",
+            "strategy.name=default",
+            f"phases=[{{seq_length: {SEQ_LENGTH}, max_predictions_per_seq: {MAX_PREDICTIONS}, "
+            "global_batch_size: 4, steps: 10, warmup_steps: 1, "
+            f"input_files: {json.dumps(files)}}}]",
+        ]
+    )
+    recipe = BertPretraining(config)
+    plan = plan_run(config, num_replicas)
+    recipe.prepare(plan, lambda line: None, input_order.RecordCounts())
+    return recipe, plan.phases[0]
+
+
+def read_phase_input(strategy, files, vocab_file):
+    """Worker side: the record ids of this worker's replicas' first `BATCHES` micro-batches."""
+    recipe, phase = _bert_recipe(files, vocab_file, strategy.num_replicas_in_sync)
+    dataset = trainer.make_phase_dataset(TensorFlowDevices(strategy), recipe, phase, START_STEP)
+    ids, iterator = [], iter(dataset)
+    for _ in range(BATCHES):
+        features, _, _ = next(iterator)
+        for tokens in strategy.experimental_local_results(features["token_ids"]):
+            ids.extend(int(token) for token in tokens[:, 1])
+    return {"ids": np.array(ids), "task": np.array(strategy.cluster_resolver.task_id)}
 
 
 class BestLossToy(ToyRegression):
@@ -62,11 +111,11 @@ class KillAtStep5(keras.callbacks.Callback):
             raise KeyboardInterrupt("killed at step 5")
 
 
-def train_on_workers(strategy, output_dir):
-    """Worker side: a config that differs on worker 1, then the run, then the run again;
-    then the run in another directory, killed at step 5 and resumed."""
+def train_on_workers(strategy, output_dir, files, vocab_file):
+    """Worker side: `read_phase_input`; a config that differs on worker 1, then the run, then
+    the run again; then the run in another directory, killed at step 5 and resumed."""
     task = strategy.cluster_resolver.task_id
-    results = {}
+    results = read_phase_input(strategy, files, vocab_file)
     mismatched = load(output_dir, *ONE_PHASE, f"phases.0.steps={8 + 2 * task}")
     try:
         trainer.train(mismatched, BestLossToy(mismatched), log=lambda line: None)
@@ -92,10 +141,24 @@ def train_on_workers(strategy, output_dir):
 
 
 @pytest.fixture(scope="module")
-def workers(tmp_path_factory):
+def inputs(tmp_path_factory):
+    """4 BERT record files of `PER_FILE` records and a vocabulary file."""
+    directory = tmp_path_factory.mktemp("multi_worker_input")
+    files, _ = _write_files(directory, num_files=4, per_file=PER_FILE)
+    vocab_file = directory / "vocab.txt"
+    vocab_file.write_text("\n".join(VOCABULARY) + "\n")
+    return files, str(vocab_file)
+
+
+@pytest.fixture(scope="module")
+def workers(tmp_path_factory, inputs):
     output_dir = str(tmp_path_factory.mktemp("multi_worker_trainer") / "run")
+    files, vocab_file = inputs
     return run_multi_worker(
-        train_on_workers, num_workers=2, kwargs={"output_dir": output_dir}, timeout=240
+        train_on_workers,
+        num_workers=2,
+        kwargs={"output_dir": output_dir, "files": files, "vocab_file": vocab_file},
+        timeout=300,
     )
 
 
@@ -139,3 +202,27 @@ def test_a_run_killed_on_both_workers_resumes_to_the_same_weights(workers):
     for result in workers:
         assert int(result["resumed/from"]) == 4
         assert float(result["resumed/loss"]) == float(result["first/loss"])
+
+
+def test_each_worker_reads_only_its_files_from_the_resumed_position(workers, inputs):
+    files, vocab_file = inputs
+    by_task = {int(result["task"]): result["ids"].tolist() for result in workers}
+    for task, ids in by_task.items():
+        # The records of file f carry 1000 + f * PER_FILE + i; worker w owns files w and w + 2.
+        owners = {(value - 1000) // PER_FILE % 2 for value in ids}
+        assert owners == {task}, (task, ids)
+        # The reference: one process's pipeline of the same input context (2 pipelines, this
+        # one's id), started at the same step, read without a strategy.
+        recipe, phase = _bert_recipe(files, vocab_file, num_replicas=2)
+        context = tf.distribute.InputContext(2, task, 2)
+        batch_size = context.get_per_replica_batch_size(phase.micro_batch_size)
+        # One batch of 2 examples per pipeline per step of 4 (no accumulation).
+        assert batch_size == 2
+        reference = recipe.dataset(phase, batch_size, context, START_STEP)
+        expected = [
+            int(token)
+            for features, _, _ in reference.take(BATCHES).as_numpy_iterator()
+            for token in features["token_ids"][:, 1]
+        ]
+        assert ids == expected
+    assert not set(by_task[0]) & set(by_task[1])
