@@ -19,11 +19,12 @@ as the run ends, so a mode whose last run kills its processes still reports the 
 
 The modes, each a list of runs of the toy recipe (tests/support/toy_recipe.py: two phases of
 6 steps at global batches 8 and 4) and of the real recipes (tests/support/jax_training.py: the
-tiny BERT, dropout 0, of 6 steps of 8 examples, and the image recipe's small ResNet, batch norm
-included, of 4 steps of 8 images with an evaluation at the end), all with 2 micro-batches per
-step in their first phase and 2 input pipelines. The recipes' runs share the launches of the
-toy runs (a launch costs each process seconds of start-up) and read the record files that
-`write_recipe_data` wrote before it (the processes of a group would race to write them):
+tiny BERT, dropout 0, and the image recipe's small ResNet, batch norm included, each of 2 steps
+of 8 examples, the warmup's and one at the peak rate, the images with an evaluation at the
+end), all with 2 micro-batches per step in their first phase and 2 input pipelines. The
+recipes' runs share the launches of the toy runs (a launch costs each process seconds of
+start-up) and read the record files that `write_recipe_data` wrote before it (the processes of
+a group would race to write them):
 
 * ``reference`` (1 process): the toy run and BERT each on 2 devices and on 1, the images on 1
   (tests/vision/test_train_jax.py compares them on 2 devices with 1); the first global
@@ -60,6 +61,9 @@ ACCUMULATE = "phases.0.gradient_accumulation_steps=2"
 DATA_PARALLEL = "strategy.name=data_parallel"
 TWO_PIPELINES = "strategy.input_pipelines=2"
 ONE_DEVICE = "strategy.devices=['cpu:0']"
+# The recipes' runs: 2 steps (the warmup's and one at the peak rate) tell their weights apart
+# as well as more, and each step of them costs the processes about a CPU-second.
+RECIPE_STEPS = "phases.0.steps=2"
 JOIN_TIMEOUT = 3
 LOST_PEER_TIMEOUT = 6
 LOST_PEER_KILLED_AT = "lost-peer-killed-at"
@@ -257,6 +261,7 @@ def _bert(work_dir, name, *overrides):
         _data_files(work_dir)["bert"],
         ACCUMULATE,
         TWO_PIPELINES,
+        RECIPE_STEPS,
         *overrides,
     )
     return pretrain.pretrain(config, log=lambda line: None)
@@ -273,6 +278,8 @@ def _images(work_dir, name, *overrides):
         files["image_eval"],
         ACCUMULATE,
         TWO_PIPELINES,
+        RECIPE_STEPS,
+        "eval_interval=2",
         *overrides,
     )
     return train.train(config, log=lambda line: None)
