@@ -30,7 +30,8 @@ those of the step's own graph run every micro-batch, those inside a ``tf.cond`` 
 the update step.
 
 Shapes: BERT-base (110M parameters) and ResNet-50 (25.6M), ``--smoke`` a small model. Each
-model runs in its own subprocess. Figures are for the CPU compiler; on a GPU or TPU the
+model runs in its own subprocess per backend (two with ``--on-device``: the streams on the
+accelerator, the collectives on the host). Figures are for the CPU compiler; on a GPU or TPU the
 fusion decisions, and so the bytes, can differ: ``--on-device`` compiles the streams' steps for
 the accelerator at hand instead (JAX: a GPU or TPU; TensorFlow: a GPU), as
 benchmarks/device_check.py does; the collectives stay on 2 host devices. Each report names the
@@ -427,33 +428,36 @@ def tf_collectives(model, accumulation=4):
 
 
 def _child(args):
-    if args.backend == "tensorflow":
-        result = tf_streams(args.model) if args.child == "streams" else tf_collectives(args.model)
-    else:
-        result = streams(args.model) if args.child == "streams" else collectives(args.model)
-    print(json.dumps(result))
+    # The collectives first: TensorFlow's 2 logical CPU devices are set before its first op.
+    parts = {
+        "collectives": tf_collectives if args.backend == "tensorflow" else collectives,
+        "streams": tf_streams if args.backend == "tensorflow" else streams,
+    }
+    print(json.dumps({part: run(args.model) for part, run in parts.items() if part in args.child}))
 
 
-def _run_child(part, model, backend="jax", on_device=False):
+def _run_child(parts, model, backend="jax", on_device=False):
+    """``{part: its report}`` for ``parts`` of ``model`` on ``backend``, from one subprocess."""
     env = dict(os.environ, KERAS_BACKEND=backend, TF_CPP_MIN_LOG_LEVEL="2")
-    if not on_device or part == "collectives":
-        # The collectives need 2 devices: 2 host CPU devices stand in for them.
+    if not on_device or parts == ["collectives"]:
+        # The collectives need 2 devices: 2 host CPU devices stand in for them. A step on one
+        # device compiles the same with 2 present, so the streams can share their process.
         env.update(JAX_PLATFORMS="cpu")
         if backend == "tensorflow":
             env["CUDA_VISIBLE_DEVICES"] = ""
-    if part == "collectives" and backend == "jax":
+    if "collectives" in parts and backend == "jax":
         env["XLA_FLAGS"] = (
             env.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=2"
         ).strip()
     result = subprocess.run(
-        [sys.executable, __file__, "--child", part, "--model", model, "--backend", backend],
+        [sys.executable, __file__, "--child", *parts, "--model", model, "--backend", backend],
         env=env,
         capture_output=True,
         text=True,
         timeout=1800,
     )
     if result.returncode != 0:
-        raise RuntimeError(f"{backend} {part} {model} failed:\n{result.stderr[-3000:]}")
+        raise RuntimeError(f"{backend} {' '.join(parts)} {model} failed:\n{result.stderr[-3000:]}")
     return json.loads(result.stdout.strip().splitlines()[-1])
 
 
@@ -479,7 +483,9 @@ def main():
         default=["jax", "tensorflow"],
         help="the Keras backends whose compiled steps are read (default: both)",
     )
-    parser.add_argument("--child", choices=["streams", "collectives"], help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--child", nargs="+", choices=["streams", "collectives"], help=argparse.SUPPRESS
+    )
     parser.add_argument("--model", choices=sorted(MODELS), help=argparse.SUPPRESS)
     parser.add_argument("--backend", default="jax", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -490,9 +496,18 @@ def main():
     report = {"floors": FLOORS, **{backend: {} for backend in args.backends}}
     for backend in args.backends:
         for model in models:
-            report[backend][model] = _run_child("streams", model, backend, args.on_device)
-            if not args.no_collectives:
-                report[backend][model]["collectives"] = _run_child("collectives", model, backend)
+            if args.no_collectives:
+                runs = [["streams"]]
+            elif args.on_device:  # the streams on the accelerator, the collectives on the host
+                runs = [["streams"], ["collectives"]]
+            else:
+                runs = [["streams", "collectives"]]
+            parts = {}
+            for run in runs:
+                parts.update(_run_child(run, model, backend, args.on_device))
+            report[backend][model] = parts["streams"]
+            if "collectives" in parts:
+                report[backend][model]["collectives"] = parts["collectives"]
     print(json.dumps(report, indent=1))
 
 
