@@ -1,9 +1,13 @@
 """Every script in benchmarks/ runs as a user runs it, at smoke size, and prints its figures.
 
-The scripts run in subprocesses, two at a time (the data the BERT input benchmarks read is
-created by the first of them, in one queue); each must exit 0 and print one JSON object with
-every documented key, every figure finite and positive. The figures themselves mean nothing at
-this size: the Benchmarks page's (docs/benchmarks.md) come from the full-size commands.
+The scripts run in two queues at a time (the data the BERT input benchmarks read is created by
+the first of them, in one queue); each must exit 0 and print one JSON object with every
+documented key, every figure finite and positive. The TensorFlow scripts share one Python
+process, each run in turn as ``python SCRIPT ARGS`` runs it (its own ``sys.argv``, as
+``__main__``), so that TensorFlow, Keras and keras-hub are imported once rather than once per
+script; the two that start processes of their own (one per backend) run alone. The figures
+themselves mean nothing at this size: the Benchmarks page's (docs/benchmarks.md) come from the
+full-size commands.
 """
 
 import concurrent.futures
@@ -153,36 +157,85 @@ SMOKE = {
         ],
     ),
 }
-# Two queues of about equal length (62 and 63 s alone on 2 cores, plus about 25 s for
-# compiled_step.py in the second and about 30 s for device_check.py in the first); the BERT
-# input benchmarks share one, in this order.
-QUEUES = (
-    ["input_pipeline.py", "pretraining.py", "resume.py", "image_training.py", "device_check.py"],
-    ["distributed_step.py", "optimizer_step.py", "gradient_noise_scale.py", "compiled_step.py"]
-    + ["adaptation_rule.py"],
+# The two scripts that start a process per backend of their own run alone, one after the
+# other; the rest, all on TensorFlow, share one process at the same time, in this order: the 2
+# logical CPU devices of the first two are set before any TensorFlow op runs, and the data the
+# BERT input benchmarks read is created by the first of them.
+ALONE = ["device_check.py", "compiled_step.py"]
+SHARED = ["distributed_step.py", "gradient_noise_scale.py", "input_pipeline.py", "pretraining.py"]
+SHARED += ["resume.py", "image_training.py", "optimizer_step.py", "adaptation_rule.py"]
+# LLVM's optimization of the code XLA generates is most of what compiling these small programs
+# costs; nothing here depends on the code's speed, and the device check's reference passes its
+# tolerances against NumPy without it too.
+ENV = dict(
+    os.environ,
+    TF_CPP_MIN_LOG_LEVEL="2",
+    XLA_FLAGS=f"{os.environ.get('XLA_FLAGS', '')} --xla_backend_optimization_level=0".strip(),
 )
+# Runs each script in turn as `python SCRIPT ARGS` would (its own sys.argv, as __main__, its
+# directory first on the path) and writes {script: [exit status, stdout, stderr]} to a file.
+RUN_IN_TURN = """
+import contextlib, io, json, runpy, sys, traceback
+output, directory, runs = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
+sys.path.insert(0, directory)
+results = {}
+for script, arguments in runs:
+    sys.argv = [f"{directory}/{script}", *arguments]
+    stdout, stderr, status = io.StringIO(), io.StringIO(), 0
+    with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
+        try:
+            runpy.run_path(sys.argv[0], run_name="__main__")
+        except SystemExit as exit:
+            status = 0 if exit.code is None else exit.code if isinstance(exit.code, int) else 1
+        except BaseException:
+            traceback.print_exc()
+            status = 1
+    results[script] = [status, stdout.getvalue(), stderr.getvalue()]
+with open(output, "w") as file:
+    json.dump(results, file)
+"""
 
 
-def _run_queue(scripts, work_dir):
-    results = {}
-    for script in scripts:
-        results[script] = subprocess.run(
+def _run_alone(scripts, work_dir):
+    return {
+        script: subprocess.run(
             [sys.executable, str(BENCHMARKS / script), *SMOKE[script][0]],
             capture_output=True,
             text=True,
             cwd=work_dir,
-            env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"),
+            env=ENV,
             timeout=600,
         )
-    return results
+        for script in scripts
+    }
+
+
+def _run_shared(scripts, work_dir):
+    output = work_dir / "shared.json"
+    runs = json.dumps([[script, SMOKE[script][0]] for script in scripts])
+    process = subprocess.run(
+        [sys.executable, "-c", RUN_IN_TURN, str(output), str(BENCHMARKS), runs],
+        capture_output=True,
+        text=True,
+        cwd=work_dir,
+        env=dict(ENV, KERAS_BACKEND="tensorflow"),
+        timeout=1800,
+    )
+    if not output.exists():  # the process itself died: every script failed with it
+        return {script: process for script in scripts}
+    return {
+        script: subprocess.CompletedProcess(script, status, stdout, stderr)
+        for script, (status, stdout, stderr) in json.loads(output.read_text()).items()
+    }
 
 
 @pytest.fixture(scope="module")
 def outputs(tmp_path_factory):
     work_dir = tmp_path_factory.mktemp("benchmarks")
-    with concurrent.futures.ThreadPoolExecutor(len(QUEUES)) as pool:
-        queues = pool.map(lambda scripts: _run_queue(scripts, work_dir), QUEUES)
-        return {script: result for queue in queues for script, result in queue.items()}
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        shared = pool.submit(_run_shared, SHARED, work_dir)
+        alone = pool.submit(_run_alone, ALONE, work_dir)
+        return {**shared.result(), **alone.result()}
 
 
 def _figures(value, path=""):
@@ -197,7 +250,7 @@ def _figures(value, path=""):
 def test_every_benchmark_is_smoke_tested():
     scripts = sorted(path.name for path in BENCHMARKS.glob("*.py") if path.name != "throughput.py")
     assert scripts == sorted(SMOKE)
-    assert sorted(script for queue in QUEUES for script in queue) == sorted(SMOKE)
+    assert sorted(SHARED + ALONE) == sorted(SMOKE)
 
 
 @pytest.mark.parametrize("script", sorted(SMOKE))
@@ -260,7 +313,7 @@ def test_the_optimizer_step_is_timed_as_a_jitted_step_on_jax():
         + ["--repeats", "1"],
         capture_output=True,
         text=True,
-        env=dict(os.environ, KERAS_BACKEND="jax"),
+        env=dict(ENV, KERAS_BACKEND="jax"),
         timeout=300,
     )
     assert result.returncode == 0, result.stderr[-2000:]
