@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from keras_largebatch import LAMB, LARS
-from keras_largebatch.training.input_release import ReleaseInputOnStop
+from keras_largebatch.training.input_release import fit_releasing_input
 from tests.support.regression import build_model, regression_data
 from tests.support.runs import Interrupt, InterruptAfter
 
@@ -55,17 +55,16 @@ def compiled_model(name):
 def fit(model, epochs, callbacks=()):
     features, targets = data()
     # An interrupted fit drops its input at once, not in a later collection of the suite.
-    release = ReleaseInputOnStop()
-    with release:
-        model.fit(
-            features,
-            targets,
-            batch_size=BATCH_SIZE,
-            epochs=epochs,
-            shuffle=False,
-            verbose=0,
-            callbacks=[*callbacks, release],
-        )
+    fit_releasing_input(
+        model,
+        features,
+        y=targets,
+        batch_size=BATCH_SIZE,
+        epochs=epochs,
+        shuffle=False,
+        verbose=0,
+        callbacks=callbacks,
+    )
 
 
 def state(model):

@@ -16,7 +16,7 @@ from keras_largebatch.study import measures, protocol
 from keras_largebatch.study.model import simple_cnn
 from keras_largebatch.study.noise import NoiseScaleProbe
 from keras_largebatch.study.optimizers import peak_learning_rate
-from keras_largebatch.training.input_release import ReleaseInputOnStop
+from keras_largebatch.training.input_release import fit_releasing_input
 from keras_largebatch.training.optimizer_factory import create_optimizer
 
 EVALUATION_BATCH_SIZE = 2000
@@ -204,16 +204,15 @@ def run_trial(trial, config, data):
         probe_at=noise_scale_evaluations(len(steps), config.noise_scale_points),
         probe_target=config.primary_target,
     )
-    release = ReleaseInputOnStop()
-    with release:  # a trial ended by an error (an interrupted study) drops its input too
-        model.fit(
-            train_dataset(data, trial.batch_size, trial.seed),
-            epochs=1,
-            steps_per_epoch=budget,
-            callbacks=[evaluations, release],
-            shuffle=False,
-            verbose=0,
-        )
+    fit_releasing_input(
+        model,
+        train_dataset(data, trial.batch_size, trial.seed),
+        epochs=1,
+        steps_per_epoch=budget,
+        callbacks=[evaluations],
+        shuffle=False,
+        verbose=0,
+    )
     test_accuracy = test_loss = None
     if confirmation and evaluations.stop != "diverged":
         test_accuracy, test_loss = evaluate(data.test_images, data.test_labels)

@@ -9,7 +9,8 @@ garbage collection. That collection, whenever it comes, then waits in the iterat
 destructor for its threads; with `tf.data`'s autotuning on, one of them is the autotuning
 model's, whose sleeps between optimizations lengthen as the iterator ages, so an iterator left
 for minutes can hold the collection for tens of seconds. `ReleaseInputOnStop` resets the epoch
-iterator as `fit` ends, which drops the generator and the input iterator while it is young.
+iterator as `fit` ends, which drops the generator and the input iterator while it is young;
+`fit_releasing_input` runs a `fit` with it, whether a callback stops the `fit` or an error ends it.
 """
 
 import sys
@@ -65,3 +66,11 @@ class ReleaseInputOnStop(keras.callbacks.Callback):
         if error_type is not None:
             self.release()
         return False
+
+
+def fit_releasing_input(model, x, callbacks=(), **fit_arguments):
+    """``model.fit(x, callbacks=callbacks, **fit_arguments)``, its input released however the
+    `fit` ends: run out, stopped by a callback, or left by an error."""
+    release = ReleaseInputOnStop()
+    with release:
+        return model.fit(x, callbacks=[*callbacks, release], **fit_arguments)

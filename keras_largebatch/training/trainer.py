@@ -42,7 +42,7 @@ from keras_largebatch.training.divergence import (
     non_finite_variables,
 )
 from keras_largebatch.training.evaluation import EXAMPLES
-from keras_largebatch.training.input_release import ReleaseInputOnStop
+from keras_largebatch.training.input_release import fit_releasing_input
 from keras_largebatch.training.plan import plan_run, run_record
 from keras_largebatch.training.process_group import PeerWatch
 from keras_largebatch.training.run_directory import RunDirectory
@@ -251,8 +251,7 @@ class Trainer:
         callbacks = self.recipe.callbacks(phase) + [LearningRateLogger()]
         if getattr(getattr(optimizer, "inner_optimizer", optimizer), "record_trust_ratio", False):
             callbacks.append(TrustRatioMonitor())
-        release = ReleaseInputOnStop()
-        callbacks += [windows] + self.callbacks + [release]
+        callbacks += [windows] + self.callbacks
         step = start_step
         while True:
             for first_step, end_step, window in _fit_segments(
@@ -260,17 +259,17 @@ class Trainer:
             ):
                 if self.summary.target is not None or self.diverged is not None:
                     break
-                with release:  # an error leaving `fit` drops its input too
-                    self.model.fit(
-                        make_phase_dataset(
-                            self.devices, self.recipe, phase, first_step + self.input_offset
-                        ),
-                        epochs=(end_step - first_step) // window,
-                        steps_per_epoch=window * phase.gradient_accumulation_steps,
-                        callbacks=callbacks,
-                        shuffle=False,
-                        verbose=0,
-                    )
+                fit_releasing_input(
+                    self.model,
+                    make_phase_dataset(
+                        self.devices, self.recipe, phase, first_step + self.input_offset
+                    ),
+                    epochs=(end_step - first_step) // window,
+                    steps_per_epoch=window * phase.gradient_accumulation_steps,
+                    callbacks=callbacks,
+                    shuffle=False,
+                    verbose=0,
+                )
             if self.diverged is None:
                 break
             step = self._roll_back(phase)

@@ -12,7 +12,7 @@ import keras
 from keras_largebatch.schedules import WarmUp
 from keras_largebatch.study.arms import measures, protocol
 from keras_largebatch.study.arms.spaces import OPTIMIZERS
-from keras_largebatch.training.input_release import ReleaseInputOnStop
+from keras_largebatch.training.input_release import fit_releasing_input
 from keras_largebatch.training.optimizer_factory import create_optimizer
 
 
@@ -106,15 +106,14 @@ def run_trial(trial, config, workload, data):
         workload.divergence_loss,
         trial.stop_after,
     )
-    release = ReleaseInputOnStop()
-    with release:  # a trial ended by an error (an interrupted study) drops its input too
-        model.fit(
-            workload.train_dataset(data, trial.batch_size, trial.seed),
-            epochs=1,
-            steps_per_epoch=budget,
-            callbacks=[evaluations, release],
-            verbose=0,
-        )
+    fit_releasing_input(
+        model,
+        workload.train_dataset(data, trial.batch_size, trial.seed),
+        epochs=1,
+        steps_per_epoch=budget,
+        callbacks=[evaluations],
+        verbose=0,
+    )
     test = None
     if trial.phase == protocol.SEEDS and evaluations.stop != "diverged":
         test = workload.evaluate(model, data, "test")
