@@ -21,6 +21,10 @@ NUM_LOGICAL_CPUS = 4
 
 
 def pytest_configure(config):
+    # pytest-xdist hands files to workers in collection order with this off (by default, most
+    # tests first); pytest_collection_modifyitems puts the slowest files first.
+    if hasattr(config.option, "loadscopereorder"):
+        config.option.loadscopereorder = False
     # Test runs without TensorFlow (e.g. a JAX-only job) must still collect.
     if importlib.util.find_spec("tensorflow") is None:
         return
@@ -72,6 +76,18 @@ def pytest_sessionstart(session):
     if os.environ.get(GC_LOG_ENV):
         _gc_state["log"] = open(os.environ[GC_LOG_ENV], "a", encoding="utf-8")  # noqa: SIM115
         gc.callbacks.append(_gc_callback)
+
+
+def pytest_collection_modifyitems(session, config, items):
+    # The slowest files first (their seconds in a full run, tests/file_seconds.json), each
+    # file's tests in their own order: with two workers taking one file at a time, the run then
+    # ends on short files, not with one worker idle while the other runs a long one.
+    from tests.support.file_seconds import heaviest_first
+
+    by_file = {}
+    for item in items:
+        by_file.setdefault(item.nodeid.split("::", 1)[0], []).append(item)
+    items[:] = [item for path in heaviest_first(by_file) for item in by_file[path]]
 
 
 def pytest_collection_finish(session):
