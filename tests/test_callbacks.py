@@ -9,7 +9,6 @@ import glob
 import json
 import os
 import statistics
-import subprocess
 import sys
 import textwrap
 
@@ -21,6 +20,7 @@ import tensorflow as tf
 from keras_largebatch.callbacks import LearningRateLogger, LearningRateWarmup, TrustRatioMonitor
 from keras_largebatch.optimizers import LAMB, LARS, biases_and_norms
 from keras_largebatch.schedules import WarmupPolynomialDecay
+from tests.support import processes
 
 
 def constant_gradient_model():
@@ -522,7 +522,7 @@ def test_warmup_and_logger_on_jax():
     # On JAX the train step works on copies of the variables; the callbacks'
     # writes (rate, velocities) must reach the next step.
     script = JAX_SCRIPT.format(tests_dir=os.path.dirname(os.path.abspath(__file__)))
-    result = subprocess.run(
+    result = processes.run(
         [sys.executable, "-c", script],
         env={**os.environ, "KERAS_BACKEND": "jax"},
         capture_output=True,

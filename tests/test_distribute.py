@@ -8,7 +8,6 @@ TensorFlow TPU calls. The multi-worker tests run real 2-process clusters on loca
 import json
 import os
 import socket
-import subprocess
 import sys
 import time
 
@@ -26,6 +25,7 @@ from keras_largebatch.distribute import (
     tf_config_num_workers,
 )
 from keras_largebatch.distribute import strategy as strategy_lib
+from tests.support import processes
 from tests.support.multiworker import run_multi_worker
 from tests.support.regression import build_model
 
@@ -383,7 +383,7 @@ def test_import_does_not_initialize_tensorflow():
         "import tensorflow as tf\n"
         "print(len(tf.config.list_logical_devices('CPU')), names)\n"
     )
-    completed = subprocess.run(
+    completed = processes.run(
         [sys.executable, "-c", script],
         capture_output=True,
         text=True,

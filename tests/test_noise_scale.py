@@ -8,7 +8,6 @@ subprocess).
 
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -18,7 +17,7 @@ import pytest
 import tensorflow as tf
 
 from keras_largebatch import LAMB, GradientNoiseScale
-from tests.support import least_squares
+from tests.support import least_squares, processes
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -64,7 +63,7 @@ def test_accumulation_measures_the_true_noise_scale(jit_compile):
 def test_accumulation_on_jax_measures_the_true_noise_scale():
     pytest.importorskip("jax")
     env = dict(os.environ, KERAS_BACKEND="jax", JAX_PLATFORMS="cpu", CUDA_VISIBLE_DEVICES="")
-    result = subprocess.run(
+    result = processes.run(
         [sys.executable, "-m", "tests.support.least_squares"],
         cwd=ROOT,
         env=env,

@@ -2,7 +2,6 @@
 
 import json
 import os
-import subprocess
 import sys
 import textwrap
 
@@ -19,6 +18,7 @@ from keras_largebatch.schedules import (
     legw_scale,
     scale_learning_rate,
 )
+from tests.support import processes
 
 # NVIDIA's two-phase BERT run (NVIDIA/DeepLearningExamples, PyTorch/LanguageModeling/BERT).
 NVIDIA_PHASES = [
@@ -267,7 +267,7 @@ BACKEND_SCRIPT = textwrap.dedent("""
 def test_schedules_on_other_backends(backend):
     steps = [0, 1000, 2000, 4519, 7038, 7138, 8600, 9000]
     script = BACKEND_SCRIPT.format(phases=json.dumps(NVIDIA_PHASES), steps=json.dumps(steps))
-    result = subprocess.run(
+    result = processes.run(
         [sys.executable, "-c", script],
         env={**os.environ, "KERAS_BACKEND": backend},
         capture_output=True,

@@ -7,7 +7,6 @@ fresh process (`tests.support.mirrored_steps`): its group keys are per strategy,
 session, which makes other mirrored strategies, their instances would collide."""
 
 import json
-import subprocess
 import sys
 
 import numpy as np
@@ -16,6 +15,7 @@ import tensorflow as tf
 
 from keras_largebatch.distribute import unroll_steps_per_execution
 from keras_largebatch.training import trainer
+from tests.support import processes
 from tests.support.mirrored_steps import DEVICES, differences, fit
 from tests.support.multiworker import run_multi_worker
 from tests.support.regression import build_model
@@ -29,7 +29,7 @@ COLLECTIVE_CASES = [("LAMB", None), ("LAMB", 2), ("LARS", 2), ("SGD", None)]
 
 @pytest.fixture(scope="module")
 def collective():
-    result = subprocess.run(
+    result = processes.run(
         [sys.executable, "-m", "tests.support.mirrored_steps", json.dumps(COLLECTIVE_CASES)],
         capture_output=True,
         text=True,

@@ -1,10 +1,11 @@
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from tests.support import processes
 
 ROOT = Path(__file__).resolve().parents[2]
 OTHER_BACKENDS = ["jax", "torch"]
@@ -18,7 +19,7 @@ def backend_check(request):
     backend = request.param
     pytest.importorskip(backend)
     env = dict(os.environ, KERAS_BACKEND=backend, CUDA_VISIBLE_DEVICES="", JAX_PLATFORMS="cpu")
-    result = subprocess.run(
+    result = processes.run(
         [sys.executable, "-m", "tests.optimizers.backend_check"],
         cwd=ROOT,
         env=env,

@@ -13,7 +13,6 @@ and on PyTorch, whose optimizer classes override some of these methods themselve
 
 import inspect
 import os
-import subprocess
 import sys
 
 import keras
@@ -23,6 +22,7 @@ import pytest
 from keras_largebatch import LAMB
 from keras_largebatch.optimizers import _keras_internals
 from keras_largebatch.optimizers.base import LayerwiseAdaptiveOptimizer
+from tests.support import processes
 from tests.support.runs import ROOT
 
 OVERRIDDEN = _keras_internals.OVERRIDDEN
@@ -140,7 +140,7 @@ def test_hooks_on_other_backends(backend):
     environment = dict(
         os.environ, KERAS_BACKEND=backend, CUDA_VISIBLE_DEVICES="", JAX_PLATFORMS="cpu"
     )
-    result = subprocess.run(
+    result = processes.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--noconftest", __file__],
         cwd=ROOT,
         env=environment,

@@ -25,6 +25,7 @@ import sys
 import keras
 
 from tests.support import jax_training
+from tests.support import processes as python_processes
 from tests.support.multiworker import free_ports
 from tests.support.runs import ROOT, Interrupt, InterruptAfter
 
@@ -167,7 +168,7 @@ def launch(mode, work_dir, record_files, num_processes, devices_per_process, tim
         "KERAS_DISTRIBUTION_NUM_PROCESSES": str(num_processes),
     }
     processes = [
-        subprocess.Popen(
+        python_processes.Popen(
             [sys.executable, "-m", __name__, mode, str(work_dir), *map(str, record_files)],
             cwd=ROOT,
             env=dict(

@@ -53,6 +53,7 @@ from types import SimpleNamespace
 import keras
 
 from tests.support import jax_training
+from tests.support import processes as python_processes
 from tests.support.bert_records import write_records
 from tests.support.multiworker import free_ports
 from tests.support.runs import ROOT, InterruptAfter
@@ -117,7 +118,7 @@ def run_group(mode, work_dir, num_processes, devices_per_process, timeout=300, t
             stderr = open(os.path.join(work_dir, f"stderr-{index}.txt"), "w+")
             outputs.append(stderr)
             processes.append(
-                subprocess.Popen(
+                python_processes.Popen(
                     command,
                     cwd=ROOT,
                     env=env,

@@ -30,6 +30,8 @@ import time
 
 import numpy as np
 
+from tests.support import processes
+
 SPEC_ENV = "KERAS_LARGEBATCH_WORKER_SPEC"
 
 # After one worker fails, the others are usually blocked in a collective that will never
@@ -160,7 +162,7 @@ def _start_worker(index, addresses, function_name, kwargs, strategy, env, work_d
     )
     stdout = open(os.path.join(work_dir, f"worker_{index}.stdout"), "w+")
     stderr = open(os.path.join(work_dir, f"worker_{index}.stderr"), "w+")
-    process = subprocess.Popen(
+    process = processes.Popen(
         [sys.executable, os.path.abspath(__file__)],
         env=worker_env,
         stdout=stdout,

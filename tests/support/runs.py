@@ -3,12 +3,13 @@ on the JAX backend over two host devices."""
 
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 
 import h5py
 import keras
+
+from tests.support import processes
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -65,7 +66,7 @@ def run_on_jax(module, *args, timeout=300, optimize_compiled_code=True):
         JAX_PLATFORMS="cpu",
         CUDA_VISIBLE_DEVICES="",
     )
-    result = subprocess.run(
+    result = processes.run(
         [sys.executable, "-m", module, *map(str, args)],
         cwd=ROOT,
         env=env,
