@@ -28,10 +28,9 @@ from keras_largebatch.bert.pretraining import recipe as recipe_lib
 from keras_largebatch.training.optimizer_factory import decays
 from keras_largebatch.training.plan import plan_run
 from keras_largebatch.training.run_directory import SUMMARY_FILENAME
+from tests.support import processes
 from tests.support.bert_records import write_records
 from tests.support.multiworker import run_multi_worker
-
-REPOSITORY = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 @pytest.fixture(scope="module")
@@ -181,9 +180,11 @@ def resumed_run(tmp_path_factory, records):
     config = _config(output_dir, records["varied"])
     overrides = [f"{key}={value}" for key, value in _flatten(config)]
     stalled = output_dir.parent / f"{output_dir.name}-stalled"
-    process = subprocess.Popen(
+    process = processes.Popen(
         [sys.executable, "-c", _RUN_THAT_STALLS, "5", str(stalled)] + overrides,
-        env=dict(os.environ, PYTHONPATH=REPOSITORY),
+        # This process's path, as tests.support.multiworker passes it on: its workers and this
+        # command then fork from one process server (tests.support.processes).
+        env=dict(os.environ, PYTHONPATH=os.pathsep.join(path or os.getcwd() for path in sys.path)),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
