@@ -2,7 +2,9 @@
 
 No TPU or GPU is attached here, so the "auto" branches are tested by replacing
 `tf.config.list_physical_devices` and setting TF_CONFIG, and the TPU path by replacing the
-TensorFlow TPU calls. The multi-worker tests run real 2-process clusters on localhost.
+TensorFlow TPU calls. The multi-worker tests run real 2-process clusters on localhost; the
+training of `fit_tiny_model` on two workers, against one device, runs in the suite's one
+two-worker launch (tests/training/test_multi_worker_trainer.py).
 """
 
 import json
@@ -465,18 +467,6 @@ def test_mirrored_two_cpus_matches_one_device():
     result = fit_tiny_model(get_strategy("mirrored", devices=["/cpu:0", "/cpu:1"]))
     assert result["num_replicas"] == 2
     assert_same_training(result, reference)
-
-
-def test_two_workers_match_one_device_at_the_same_global_batch():
-    # "auto" in the workers also checks that a 2-worker TF_CONFIG selects multi_worker.
-    # With the stock MultiWorkerMirroredStrategy, model.fit fails here (keras issue 20585).
-    results = run_multi_worker(fit_tiny_model, num_workers=2, strategy="auto", timeout=90)
-    reference = fit_tiny_model(tf.distribute.get_strategy())
-    assert len(results) == 2
-    for result in results:
-        assert str(result["kind"]) == "multi_worker"
-        assert int(result["num_replicas"]) == 2 and int(result["num_workers"]) == 2
-        assert_same_training(result, reference)
 
 
 def test_a_failing_worker_reports_every_workers_stderr():

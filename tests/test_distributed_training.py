@@ -2,7 +2,9 @@
 
 The reference is always the same model trained on one device at the same global batch:
 MirroredStrategy over 2 and 4 logical CPUs (tests/conftest.py), MultiWorkerMirroredStrategy
-over 2 local processes, and accumulation of k micro-batches inside `model.fit`.
+over 2 local processes (`train_configs_on_workers`, run in the suite's one two-worker launch,
+tests/training/test_multi_worker_trainer.py), and accumulation of k micro-batches inside
+`model.fit`.
 
 A trust ratio divides out a uniform scale of the gradient, and so does a clip that binds, so
 the configurations that adapt and clip cannot see a gradient summed over the wrong number of
@@ -18,7 +20,6 @@ import tensorflow as tf
 
 from keras_largebatch import LAMB, LARS
 from keras_largebatch.distribute import describe_strategy
-from tests.support.multiworker import run_multi_worker
 from tests.support.optimizer_cases import CONFIGS
 from tests.support.regression import build_model, regression_data
 
@@ -171,33 +172,3 @@ def test_keras_clips_each_replica_share_and_we_clip_the_global_batch(single_devi
     keras_one, keras_two = train(tf.distribute.get_strategy(), theirs), train(mirrored(2), theirs)
     difference = max(np.max(np.abs(keras_two[k] - keras_one[k])) for k in keras_one)
     assert difference > 1e-3
-
-
-@pytest.fixture(scope="module")
-def two_workers():
-    return run_multi_worker(
-        train_configs_on_workers,
-        num_workers=2,
-        kwargs={"configs": CLIPPED, "accumulation": 2},
-        timeout=300,
-    )
-
-
-def test_two_workers_formed_one_cluster_of_two_replicas(two_workers):
-    assert [int(result["task_id"]) for result in two_workers] == [0, 1]
-    for result in two_workers:
-        assert int(result["num_workers"]) == int(result["num_replicas"]) == 2
-        assert float(result["replicas_summed"]) == 2.0
-
-
-@pytest.mark.parametrize("config", CLIPPED)
-def test_multi_worker_matches_single_device(config, two_workers, single_device):
-    expected = single_device(config)
-    for result in two_workers:
-        run = {
-            key.split("/", 1)[1]: value
-            for key, value in result.items()
-            if key.startswith(f"{config}/")
-        }
-        assert int(run["num_replicas"]) == 2 and int(run["iterations"]) == 4
-        assert_same_weights(run, expected)

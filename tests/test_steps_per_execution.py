@@ -17,7 +17,6 @@ from keras_largebatch.distribute import unroll_steps_per_execution
 from keras_largebatch.training import trainer
 from tests.support import processes
 from tests.support.mirrored_steps import DEVICES, differences, fit
-from tests.support.multiworker import run_multi_worker
 from tests.support.regression import build_model
 from tests.support.runs import ROOT
 from tests.support.toy_recipe import ToyRegression, load
@@ -74,23 +73,15 @@ def test_other_strategies_and_single_steps_keep_keras_s_function():
         assert unroll_steps_per_execution(model).train_function is None
 
 
-def train_on_workers(strategy):
-    """On each of 2 workers: single steps and 2 steps per execution, from the same weights."""
+def train_steps_per_execution_on_workers(strategy):
+    """On each of 2 workers: single steps and 2 steps per execution, from the same weights;
+    run in the suite's one two-worker launch (tests/training/test_multi_worker_trainer.py,
+    which compares them)."""
     results = {}
     for steps in (1, 2):
         weights, _ = fit(strategy, "LAMB", 2, steps)
         results.update({f"steps{steps}/{index}": value for index, value in enumerate(weights)})
     return results
-
-
-def test_two_workers_run_two_steps_per_execution_as_single_steps():
-    for result in run_multi_worker(train_on_workers, num_workers=2, timeout=300):
-        names = [name for name in result if name.startswith("steps1/")]
-        assert len(names) > 4
-        for name in names:
-            np.testing.assert_allclose(
-                result[name.replace("steps1/", "steps2/")], result[name], rtol=1e-6, atol=1e-7
-            )
 
 
 def test_the_harness_runs_steps_per_execution_on_mirrored_replicas(tmp_path):

@@ -19,8 +19,15 @@
 
 The reference of the runs is one process: the same config trained without a strategy reaches
 the same number of steps and keeps the same files. (The losses differ: each worker reads half of
-the examples, so the global batches are not the one process's.) One launch of the two workers
-serves every test: each worker process costs seconds of TensorFlow start-up.
+the examples, so the global batches are not the one process's.)
+
+One launch of the two workers serves every two-worker test of the suite, since each worker
+process costs seconds of TensorFlow start-up: after the trainer's runs, the workers also train
+the tiny model of tests/test_distribute.py, the clipped optimizer configurations of
+tests/test_distributed_training.py (each compared here with one device) and the
+steps-per-execution fits of tests/test_steps_per_execution.py. The workers make their strategy
+as "auto", which checks that a 2-worker TF_CONFIG selects multi_worker; the trainer's
+"multi_worker" then finds that strategy (a process has one).
 """
 
 import json
@@ -40,6 +47,14 @@ from keras_largebatch.training.plan import plan_run
 from tests.bert.test_input_pipeline import MAX_PREDICTIONS, SEQ_LENGTH, VOCABULARY, _write_files
 from tests.support.multiworker import run_multi_worker
 from tests.support.toy_recipe import ToyRegression, load
+from tests.test_distribute import assert_same_training, fit_tiny_model
+from tests.test_distributed_training import (
+    CLIPPED,
+    assert_same_weights,
+    train_configs_on_workers,
+    train_model,
+)
+from tests.test_steps_per_execution import train_steps_per_execution_on_workers
 
 # One phase of 8 steps: a checkpoint at 4 and 8, evaluations every 2.
 ONE_PHASE = ("strategy.name=multi_worker", "phases=[{steps: 8}]")
@@ -140,6 +155,29 @@ def train_on_workers(strategy, output_dir, files, vocab_file):
     return results
 
 
+def train_everything_on_workers(strategy, output_dir, files, vocab_file):
+    """Worker side: `train_on_workers`, then the tiny model (`fit_tiny_model`, under
+    "tiny/"), the clipped configurations at 2 accumulation steps (`train_configs_on_workers`,
+    under "configs/") and the steps-per-execution fits (under "steps_per_execution/")."""
+    results = train_on_workers(strategy, output_dir, files, vocab_file)
+    for prefix, result in (
+        ("tiny", fit_tiny_model(strategy)),
+        ("configs", train_configs_on_workers(strategy, CLIPPED, accumulation=2)),
+        ("steps_per_execution", train_steps_per_execution_on_workers(strategy)),
+    ):
+        results.update({f"{prefix}/{name}": value for name, value in result.items()})
+    return results
+
+
+def _under(result, prefix):
+    """The entries of one worker's result under ``prefix/``, without it."""
+    return {
+        name[len(prefix) + 1 :]: value
+        for name, value in result.items()
+        if name.startswith(f"{prefix}/")
+    }
+
+
 @pytest.fixture(scope="module")
 def inputs(tmp_path_factory):
     """4 BERT record files of `PER_FILE` records and a vocabulary file."""
@@ -155,10 +193,11 @@ def workers(tmp_path_factory, inputs):
     output_dir = str(tmp_path_factory.mktemp("multi_worker_trainer") / "run")
     files, vocab_file = inputs
     return run_multi_worker(
-        train_on_workers,
+        train_everything_on_workers,
         num_workers=2,
+        strategy="auto",
         kwargs={"output_dir": output_dir, "files": files, "vocab_file": vocab_file},
-        timeout=300,
+        timeout=450,
     )
 
 
@@ -226,3 +265,40 @@ def test_each_worker_reads_only_its_files_from_the_resumed_position(workers, inp
         ]
         assert ids == expected
     assert not set(by_task[0]) & set(by_task[1])
+
+
+def test_two_workers_formed_one_cluster_of_two_replicas(workers):
+    assert [int(result["configs/task_id"]) for result in workers] == [0, 1]
+    for result in workers:
+        assert int(result["configs/num_workers"]) == int(result["configs/num_replicas"]) == 2
+        assert float(result["configs/replicas_summed"]) == 2.0
+
+
+@pytest.mark.parametrize("config", CLIPPED)
+def test_multi_worker_matches_single_device(config, workers):
+    # The single-device reference of tests/test_distributed_training.py (4 steps of 16).
+    expected = train_model(tf.distribute.get_strategy(), config)
+    for result in workers:
+        run = _under(result, f"configs/{config}")
+        assert int(run["num_replicas"]) == 2 and int(run["iterations"]) == 4
+        assert_same_weights(run, expected)
+
+
+def test_two_workers_run_two_steps_per_execution_as_single_steps(workers):
+    for result in workers:
+        single = _under(result, "steps_per_execution/steps1")
+        assert len(single) > 4
+        for name, value in single.items():
+            np.testing.assert_allclose(
+                result[f"steps_per_execution/steps2/{name}"], value, rtol=1e-6, atol=1e-7
+            )
+
+
+def test_two_workers_match_one_device_at_the_same_global_batch(workers):
+    # With the stock MultiWorkerMirroredStrategy, model.fit fails here (keras issue 20585).
+    reference = fit_tiny_model(tf.distribute.get_strategy())
+    for result in workers:
+        tiny = _under(result, "tiny")
+        assert str(tiny["kind"]) == "multi_worker"
+        assert int(tiny["num_replicas"]) == 2 and int(tiny["num_workers"]) == 2
+        assert_same_training(tiny, reference)
