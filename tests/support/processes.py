@@ -337,7 +337,7 @@ _BOOT = (
 
 
 def _serve(path):
-    base_path = [entry for entry in sys.path[2:]]
+    base_path = sys.path[2:]  # past this module's root and the "" of -c
     for name in PRELOAD:
         try:
             __import__(name)
