@@ -15,7 +15,7 @@ The trainer talks to one object, made by `create_devices` from the run's ``strat
     with devices.scope():            # build, compile, load and fit inside it
         model = ...
         devices.prepare_fit(model)   # after compile
-        model.fit(devices.distribute(dataset_fn), ...)
+        model.fit(devices.distribute(dataset_fn), callbacks=devices.fit_callbacks(), ...)
     devices.describe()               # backend, kind, replicas, workers, devices (and the mesh
                                      # under model_parallel): for the summary
 
@@ -122,6 +122,10 @@ class TensorFlowDevices:
         """Readies a compiled ``model`` for `fit` on these devices: several steps per execution
         under a mirrored strategy (`keras_largebatch.distribute.unroll_steps_per_execution`)."""
         distribute.unroll_steps_per_execution(model)
+
+    def fit_callbacks(self):
+        """Callbacks every `fit` on these devices needs: none on TensorFlow."""
+        return []
 
     def describe(self):
         """``backend`` and the `keras_largebatch.distribute.describe_strategy` fields."""
@@ -283,6 +287,10 @@ class JaxDevices:
     def prepare_fit(self, model):
         """Nothing to ready on JAX (the mirrored-strategy fault is TensorFlow's)."""
 
+    def fit_callbacks(self):
+        """`CommitTrainingState`: every `fit` on JAX compiles its train step once."""
+        return [CommitTrainingState()]
+
     def describe(self):
         """``backend``, ``kind``, ``num_replicas``, ``num_workers``, ``devices``, the process's
         index, devices and input pipelines; and for model_parallel ``mesh_shape``, ``{"batch":
@@ -298,6 +306,34 @@ class JaxDevices:
             "local_devices": self.local_devices,
             "input_pipelines": self.input_pipelines,
         }
+
+
+class CommitTrainingState(keras.callbacks.Callback):
+    """Pins every value of the training state to its device at the start of each epoch, so
+    that a train step is compiled once rather than three times.
+
+    `jax.jit` keys its compiled programs on whether each argument is committed to a device.
+    Over a mesh of one device, Keras leaves a variable's value where it was made, on the
+    default device and uncommitted: the equivalent layout is skipped. The first step then
+    compiles for uncommitted state, the second for the committed state the first returned,
+    and every epoch after the first compiles once more for its metrics, which Keras resets to
+    uncommitted zeros before `on_epoch_begin` (as loading a checkpoint leaves the weights).
+    Committing each such value where it already is, after the reset and before the epoch's
+    first step reads the state, moves no data and leaves one program. Over several devices
+    the values are committed already and nothing changes."""
+
+    def on_epoch_begin(self, epoch, logs=None):
+        import jax
+
+        model = self.model
+        optimizer = getattr(model, "optimizer", None)
+        state = [model.trainable_variables, model.non_trainable_variables]
+        state += [optimizer.variables if optimizer is not None else [], model.metrics_variables]
+        for variables in state:
+            for variable in variables:
+                value = variable.value
+                if isinstance(value, jax.Array) and not value.committed:
+                    variable.assign(jax.device_put(value, value.sharding))
 
 
 def _concatenate(*batches):

@@ -251,7 +251,8 @@ class Trainer:
         callbacks = self.recipe.callbacks(phase) + [LearningRateLogger()]
         if getattr(getattr(optimizer, "inner_optimizer", optimizer), "record_trust_ratio", False):
             callbacks.append(TrustRatioMonitor())
-        callbacks += [windows] + self.callbacks
+        # The devices' own last: they see the state as every other callback left it.
+        callbacks += [windows] + self.callbacks + self.devices.fit_callbacks()
         step = start_step
         while True:
             for first_step, end_step, window in _fit_segments(

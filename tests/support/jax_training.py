@@ -14,6 +14,7 @@ messages of refused settings, the BERT loss comparison).
 """
 
 import json
+import logging
 import os
 import sys
 
@@ -40,11 +41,37 @@ class DevicesOfTheWeights(keras.callbacks.Callback):
         self.counts.append(len(self.model.trainable_variables[0].value.sharding.device_set))
 
 
+class TrainStepCompiles(logging.Handler):
+    """Counts JAX's compilations of the train step while it is entered (JAX logs each one
+    under ``jax_log_compiles``)."""
+
+    def __init__(self):
+        super().__init__()
+        self.count = 0
+
+    def emit(self, record):
+        self.count += record.getMessage().startswith("Compiling jit(train_step)")
+
+    def __enter__(self):
+        import jax
+
+        jax.config.update("jax_log_compiles", True)
+        logging.getLogger("jax").addHandler(self)
+        return self
+
+    def __exit__(self, *exc_info):
+        import jax
+
+        logging.getLogger("jax").removeHandler(self)
+        jax.config.update("jax_log_compiles", False)
+
+
 def toy_runs(work_dir):
     """The toy recipe (two phases of 6 steps at global batches 8 and 4, 2 micro-batches per
     step in the first): on 1 device, on 2, on 2 with the accumulation derived from
     ``max_per_replica_batch_size``, and on 2 interrupted and resumed; the progress lines of
-    the 2-device run; the messages of the TensorFlow settings refused on JAX."""
+    the 2-device run; how many times each of the first two compiled its train step; the
+    messages of the TensorFlow settings refused on JAX."""
     from tests.support.toy_recipe import ToyRegression, load
 
     def run(name, *overrides, callbacks=(), lines=None):
@@ -55,12 +82,20 @@ def toy_runs(work_dir):
     accumulate = "phases.0.gradient_accumulation_steps=2"
     lines = []
     one_device, data_parallel = DevicesOfTheWeights(), DevicesOfTheWeights()
+    with TrainStepCompiles() as one_device_compiles:
+        one_device_run = run("one_device", ONE_DEVICE, accumulate, callbacks=[one_device])
+    with TrainStepCompiles() as data_parallel_compiles:
+        data_parallel_run = run("data_parallel", accumulate, callbacks=[data_parallel], lines=lines)
     results = {
-        "one_device": run("one_device", ONE_DEVICE, accumulate, callbacks=[one_device]),
-        "data_parallel": run("data_parallel", accumulate, callbacks=[data_parallel], lines=lines),
+        "one_device": one_device_run,
+        "data_parallel": data_parallel_run,
         "devices_of_the_weights": {
             "one_device": one_device.counts,
             "data_parallel": data_parallel.counts,
+        },
+        "train_step_compiles": {
+            "one_device": one_device_compiles.count,
+            "data_parallel": data_parallel_compiles.count,
         },
         "derived": run(
             "derived",

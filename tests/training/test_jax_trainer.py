@@ -52,6 +52,9 @@ def test_two_devices_equal_one_device_with_accumulation(runs):
     assert data_parallel["global_steps"] == one_device["global_steps"] == 12
     # Each phase's fit ran under the distribution: its weights were on both devices.
     assert runs["devices_of_the_weights"] == {"one_device": [1, 1], "data_parallel": [2, 2]}
+    # One compiled train step per phase, however many epochs its fit has, on one device too
+    # (whose state Keras leaves uncommitted: devices.CommitTrainingState).
+    assert runs["train_step_compiles"] == {"one_device": 2, "data_parallel": 2}
     _assert_arrays(data_parallel, one_device, rtol=1e-5, atol=1e-6)
 
 
