@@ -1,9 +1,13 @@
-"""Every recipe in tpu_configs/ loads, names its source, and trains through its real command.
+"""Every recipe in tpu_configs/ loads, names its source, and plans its run through its real
+command; one recipe of each shape trains through it.
 
-Each recipe runs two optimizer steps on the CPU through `main` of the command its header names,
-given by its name (``--config bert_large_lamb_32k``), with the sizes overridden (a tiny model, a
-small batch and per-replica cap, local records written here) and everything else as the file has
-it: phases, schedules, optimizer, derived accumulation, exclusions. Every recipe's strategy
+Each recipe goes through `main` of the command its header names, given by its name (``--config
+bert_large_lamb_32k``), with the sizes overridden (a tiny model, a small batch and per-replica
+cap, local records written here) and everything else as the file has it: phases, schedules,
+optimizer, derived accumulation, exclusions. Every recipe resolves there, is planned on the CPU's
+one replica and builds each phase's optimizer and schedule. Recipes of the same shape (number of
+phases, a per-replica cap or none, the optimizer) differ only in numbers once their sizes are
+overridden, so one of each shape runs two optimizer steps (`TRAINED`). Every recipe's strategy
 settings are valid on both backends, so one file runs on the TensorFlow road and the JAX road.
 """
 
@@ -19,9 +23,12 @@ from keras_largebatch._backend import BACKENDS
 from keras_largebatch.bert.pretraining import __main__ as pretrain
 from keras_largebatch.bert.pretraining import config as bert_config
 from keras_largebatch.bert.pretraining.recipe import REPORTED_METRICS
+from keras_largebatch.bert.pretraining.recipe import build_optimizer as build_bert_optimizer
 from keras_largebatch.training.config import check_strategy_config
+from keras_largebatch.training.plan import plan_run
 from keras_largebatch.vision import __main__ as train
 from keras_largebatch.vision import config as vision_config
+from keras_largebatch.vision.recipe import ImageClassification
 from tests.support.bert_records import write_records
 from tests.support.imagenet_records import write_imagenet_records
 
@@ -30,6 +37,9 @@ BERT = sorted(path.name for path in CONFIGS.glob("bert_*.yaml"))
 IMAGES = sorted(path.name for path in CONFIGS.glob("resnet50_*.yaml"))
 # A paper's arXiv id, or the public repository path of the implementation reproduced.
 SOURCE = re.compile(r"arXiv:\d{4}\.\d{4,5}|NVIDIA/DeepLearningExamples|mlcommons/training")
+# One recipe of each shape trains: BERT in one uncapped phase and in two capped phases, the
+# ResNet in one capped phase.
+TRAINED = ["bert_tiny_default.yaml", "bert_large_lamb_64k_32k.yaml", "resnet50_lars_32k.yaml"]
 
 
 def test_every_config_is_a_bert_or_an_image_recipe():
@@ -113,12 +123,13 @@ def bert_records(tmp_path_factory):
     return write_records(tmp_path_factory.mktemp("bert") / "records.tfrecord", 64, seed=3)
 
 
-@pytest.mark.parametrize("name", BERT)
-def test_bert_config_trains_two_steps_through_the_command(name, bert_records, tmp_path, capsys):
+def _bert_overrides(name, records, output_dir):
+    """The size overrides of recipe ``name`` for two optimizer steps on records ``records``,
+    and the accumulation each phase derives on one replica."""
     recipe = bert_config.load_config(str(CONFIGS / name))
     assert len(recipe.phases) <= 2
     overrides = [
-        f"output_dir={tmp_path / 'run'}",
+        f"output_dir={output_dir}",
         "model.num_layers=1",
         "model.hidden_dim=16",
         "model.num_heads=2",
@@ -137,7 +148,7 @@ def test_bert_config_trains_two_steps_through_the_command(name, bert_records, tm
             f"phases.{index}.max_predictions_per_seq=4",
             f"phases.{index}.steps={steps}",
             f"phases.{index}.warmup_steps=0",
-            f"phases.{index}.input_files=['{bert_records}']",
+            f"phases.{index}.input_files=['{records}']",
         ]
         if phase.max_per_replica_batch_size is None:
             overrides.append(f"phases.{index}.global_batch_size=2")
@@ -149,6 +160,60 @@ def test_bert_config_trains_two_steps_through_the_command(name, bert_records, tm
                 f"phases.{index}.max_per_replica_batch_size=2",
             ]
             accumulations.append(2)
+    return overrides, accumulations
+
+
+def _shape(name):
+    """What tells recipes apart once their sizes are overridden: phases, caps, optimizer."""
+    config = _load(name)
+    capped = tuple(phase.max_per_replica_batch_size is not None for phase in config.phases)
+    return (name in BERT, capped, config.optimizer.name)
+
+
+def test_one_recipe_of_each_shape_trains():
+    assert set(TRAINED) <= set(BERT + IMAGES)
+    assert {_shape(name) for name in TRAINED} == {_shape(name) for name in BERT + IMAGES}
+
+
+def _resolved(module, main, name, overrides, tmp_path, capsys):
+    """The config the command resolves for recipe ``name`` and ``overrides`` (by name, as a
+    user of the wheel runs it: the command finds the bundled file), as `--print-config`
+    prints it: the file's with the overrides applied."""
+    capsys.readouterr()
+    status = main(["--config", Path(name).stem, *overrides, "--print-config"])
+    captured = capsys.readouterr()
+    assert status == 0, captured.err[-3000:]
+    printed = tmp_path / "resolved.yaml"
+    printed.write_text(captured.out)
+    config = module.load_config(str(printed))
+    assert config.to_dict() == module.load_config(str(CONFIGS / name), overrides).to_dict()
+    return config
+
+
+def _tiny_model():
+    import keras
+
+    inputs = keras.Input((4,))
+    normalized = keras.layers.LayerNormalization(name="layer_norm")(inputs)
+    return keras.Model(inputs, keras.layers.Dense(2, name="dense")(normalized))
+
+
+@pytest.mark.parametrize("name", BERT)
+def test_bert_config_is_planned_through_the_command(name, tmp_path, capsys):
+    overrides, accumulations = _bert_overrides(name, tmp_path / "records", tmp_path / "run")
+    config = _resolved(bert_config, pretrain.main, name, overrides, tmp_path, capsys)
+    plan = plan_run(config, num_replicas=1)
+    assert [phase.gradient_accumulation_steps for phase in plan.phases] == accumulations
+    model = _tiny_model()
+    for phase in plan.phases:
+        optimizer = build_bert_optimizer(config.optimizer, phase, model)
+        assert type(optimizer).__name__.lower() == config.optimizer.name
+
+
+@pytest.mark.parametrize("name", [name for name in BERT if name in TRAINED])
+def test_bert_config_trains_two_steps_through_the_command(name, bert_records, tmp_path, capsys):
+    recipe = bert_config.load_config(str(CONFIGS / name))
+    overrides, accumulations = _bert_overrides(name, bert_records, tmp_path / "run")
     # By name, as a user of the wheel runs it: the command finds the bundled file.
     summary = _summary(pretrain.main, ["--config", Path(name).stem, *overrides], capsys)
     assert summary["global_steps"] == 2
@@ -177,12 +242,11 @@ def image_records(tmp_path_factory):
     }
 
 
-@pytest.mark.parametrize("name", IMAGES)
-def test_image_config_trains_two_steps_through_the_command(name, image_records, tmp_path, capsys):
-    overrides = [
-        f"output_dir={tmp_path / 'run'}",
-        f"data.train_files={json.dumps(image_records['train'])}",
-        f"data.eval_files={json.dumps(image_records['eval'])}",
+def _image_overrides(output_dir, records):
+    return [
+        f"output_dir={output_dir}",
+        f"data.train_files={json.dumps(records['train'])}",
+        f"data.eval_files={json.dumps(records['eval'])}",
         "data.num_train_examples=16",
         "data.eval_batch_size=10",
         "model.architecture=small",
@@ -199,6 +263,22 @@ def test_image_config_trains_two_steps_through_the_command(name, image_records, 
         "target_accuracy=null",
         "mixed_precision=null",
     ]
+
+
+@pytest.mark.parametrize("name", IMAGES)
+def test_image_config_is_planned_through_the_command(name, tmp_path, capsys):
+    records = {"train": [str(tmp_path / "train-0")], "eval": [str(tmp_path / "validation-0")]}
+    overrides = _image_overrides(tmp_path / "run", records)
+    config = _resolved(vision_config, train.main, name, overrides, tmp_path, capsys)
+    (phase,) = plan_run(config, num_replicas=1).phases
+    assert phase.gradient_accumulation_steps == 2
+    optimizer = ImageClassification(config).build_optimizer(phase, _tiny_model())
+    assert type(optimizer).__name__.lower() == config.optimizer.name
+
+
+@pytest.mark.parametrize("name", [name for name in IMAGES if name in TRAINED])
+def test_image_config_trains_two_steps_through_the_command(name, image_records, tmp_path, capsys):
+    overrides = _image_overrides(tmp_path / "run", image_records)
     summary = _summary(train.main, ["--config", Path(name).stem, *overrides], capsys)
     assert summary["global_steps"] == 2
     (phase,) = summary["phases"]
