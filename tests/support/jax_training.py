@@ -127,6 +127,11 @@ def toy_runs(work_dir):
             # Refused before the recipe prepares its data or the run directory is made.
             refused[override] = [str(error), recipe.prepared, os.path.exists(output_dir)]
     results["refused"] = refused
+    from keras_largebatch.training.divergence import non_finite_variables
+    from tests.training.test_divergence import mixed_variables
+
+    variables, expected = mixed_variables()
+    results["non_finite_variables"] = [non_finite_variables(variables), expected]
     return results
 
 

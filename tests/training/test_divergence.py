@@ -16,12 +16,36 @@ from keras_largebatch import input_order
 from keras_largebatch.optimizers import LAMB
 from keras_largebatch.training import trainer
 from keras_largebatch.training.config import DivergenceConfig
-from keras_largebatch.training.divergence import DivergenceGuard, TrainingDiverged
+from keras_largebatch.training.divergence import (
+    DivergenceGuard,
+    TrainingDiverged,
+    non_finite_variables,
+)
 from tests.support.runs import Interrupt, InterruptAfter, checkpoint_arrays
 from tests.support.toy_recipe import ToyRegression, load
 
 # The toy run's first phase: 6 steps of one batch each, windows of 2, a checkpoint at step 4.
 POISONED_POSITION = 4  # the batch that step 5 reads: its targets are NaN
+
+
+def mixed_variables():
+    """Variables of several shapes and dtypes, two of them holding a NaN or an infinity, and
+    the paths `non_finite_variables` must name (JAX's check: tests/support/jax_training.py)."""
+    values = {
+        "finite": np.ones((2, 3), "float32"),
+        "nan": np.array([1.0, np.nan], "float32"),
+        "count": np.array([7], "int64"),
+        "infinite": np.full((2, 2, 2), np.inf, "float16"),
+        "scalar": np.float32(0.5),
+    }
+    variables = [keras.Variable(value, name=name) for name, value in values.items()]
+    return variables, [variables[1].path, variables[3].path]
+
+
+def test_non_finite_variables_are_named():
+    variables, expected = mixed_variables()
+    assert non_finite_variables(variables) == expected
+    assert non_finite_variables(variables[:1]) == non_finite_variables([]) == []
 
 
 def test_the_guard_decides_as_the_rule_says():

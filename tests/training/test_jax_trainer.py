@@ -58,6 +58,12 @@ def test_two_devices_equal_one_device_with_accumulation(runs):
     _assert_arrays(data_parallel, one_device, rtol=1e-5, atol=1e-6)
 
 
+def test_non_finite_variables_are_named_on_jax(runs):
+    # One compiled check of every variable (tests/training/test_divergence.py's on TensorFlow).
+    found, expected = runs["non_finite_variables"]
+    assert found == expected and len(expected) == 2
+
+
 def test_progress_lines_name_the_backend_devices_and_split(runs):
     lines = runs["lines"]
     assert lines[0] == (
