@@ -166,3 +166,58 @@ def test_pretrain_bert_runs_the_tiny_default_job_on_the_jax_road(tmp_path, monke
     for window in ("initial", "final"):
         assert all(math.isfinite(value) for value in summary[window].values()), summary[window]
     assert f"loss: {summary['initial']['loss']:.4f} -> {summary['final']['loss']:.4f}" in printed
+
+
+def _docs_hook():
+    """docs/_hooks/colab_notebooks.py, the MkDocs hook that shows the notebooks executed."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "colab_notebooks_hook", ROOT / "docs" / "_hooks" / "colab_notebooks.py"
+    )
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_docs_hook_executes_a_notebook_once_at_smoke_size_in_a_directory_of_its_own(
+    tmp_path, monkeypatch
+):
+    # CI builds the site with KERAS_LARGEBATCH_DOCS_EXECUTE=0: the notebooks themselves run
+    # above. Here the hook's own work, on a stand-in notebook that writes into its OUTPUT_DIR.
+    hook = _docs_hook()
+    notebook = tmp_path / "colab" / "standin.ipynb"
+    notebook.parent.mkdir()
+    parameters = nbformat.v4.new_code_cell(
+        'SMOKE_TEST = False\nOUTPUT_DIR = "/content/out"\nROAD = "jax"'
+    )
+    parameters.metadata["tags"] = ["parameters"]
+    work = nbformat.v4.new_code_cell(
+        "import os\nos.makedirs(OUTPUT_DIR)\n"
+        "open(os.path.join(OUTPUT_DIR, 'ran'), 'w').close()\n"
+        "print(SMOKE_TEST, OUTPUT_DIR, os.path.isabs(OUTPUT_DIR), ROAD)"
+    )
+    document = nbformat.v4.new_notebook(cells=[parameters, work])
+    document.metadata.update(nbformat.read(str(NOTEBOOKS[0]), as_version=4).metadata)
+    nbformat.write(document, str(notebook))
+    monkeypatch.delenv(hook.EXECUTE_ENV, raising=False)
+    executed = hook._executed(notebook, tmp_path)
+    assert executed.parent.parent == tmp_path / hook.CACHE_DIRECTORY
+    assert executed.name == "standin.ipynb" and executed.parent.name.startswith("standin-")
+    document = nbformat.read(str(executed), as_version=4)
+    assert (
+        document.cells[0].cell_type == "markdown" and "SMOKE_TEST=True" in document.cells[0].source
+    )
+    printed = "".join(
+        "".join(output.get("text", ""))
+        for cell in document.cells
+        for output in cell.get("outputs", [])
+    )
+    # Smoke size, its directories relative to a temporary working directory, the rest as stored.
+    assert printed == "True output_dir False jax\n"
+    assert not (tmp_path / "output_dir").exists() and not Path("/content/out").exists()
+    # Kept: a second build reads the copy without executing; a changed notebook runs anew.
+    monkeypatch.setattr(papermill, "execute_notebook", lambda *args, **kwargs: 1 / 0)
+    assert hook._executed(notebook, tmp_path) == executed
+    monkeypatch.setenv(hook.EXECUTE_ENV, "0")
+    assert hook._executed(notebook, tmp_path) is None
