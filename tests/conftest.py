@@ -8,7 +8,7 @@ run on "/cpu:0", so tests that do not distribute see no difference.
 
 TensorFlow's C++ start-up lines (oneDNN and CUDA notices) are silenced first, before anything
 imports TensorFlow; ``TF_CPP_MIN_LOG_LEVEL`` is set in the environment, so the subprocesses
-that tests start inherit it.
+that tests start inherit it. So is ``XLA_FLAGS``'s cheaper compile (tests/support/xla_flags.py).
 """
 
 import faulthandler
@@ -17,7 +17,11 @@ import importlib.util
 import os
 import time
 
+from tests.support.xla_flags import with_test_flags
+
 NUM_LOGICAL_CPUS = 4
+# Before TensorFlow or JAX starts here or in a process a test starts (tests/support/xla_flags.py).
+os.environ["XLA_FLAGS"] = with_test_flags(os.environ.get("XLA_FLAGS", ""))
 
 
 def pytest_configure(config):

@@ -20,6 +20,7 @@ from IPython.core.inputtransformer2 import TransformerManager
 from keras_largebatch import scale_learning_rate
 from keras_largebatch.bert.pretraining import config as bert_config
 from keras_largebatch.training import command
+from tests.support.xla_flags import NO_LLVM_OPTIMIZATION, with_test_flags
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted((ROOT / "colab").glob("*.ipynb"))
@@ -105,7 +106,7 @@ def test_quickstart_trains_and_plots(road, tmp_path, monkeypatch):
     if road == "jax":
         # The kernel compiles without LLVM's optimization of XLA's code, as the BERT
         # notebook's test below does: what is asserted is the loss falling and the schedule.
-        monkeypatch.setenv("XLA_FLAGS", "--xla_backend_optimization_level=0")
+        monkeypatch.setenv("XLA_FLAGS", with_test_flags(NO_LLVM_OPTIMIZATION))
     output_dir = tmp_path / "quickstart"
     printed = _execute(
         ROOT / "colab" / "quickstart.ipynb", tmp_path, ROAD=road, OUTPUT_DIR=str(output_dir)
@@ -132,7 +133,7 @@ def test_pretrain_bert_runs_the_tiny_default_job_on_the_jax_road(tmp_path, monke
     # is what tests/bert/test_pretrain.py runs, and the notebook's own TensorFlow branch is the
     # few lines that find a TPU. The kernel compiles without LLVM's optimization of XLA's code
     # (most of what compiling the tiny BERT costs); nothing here depends on its speed.
-    monkeypatch.setenv("XLA_FLAGS", "--xla_backend_optimization_level=0")
+    monkeypatch.setenv("XLA_FLAGS", with_test_flags(NO_LLVM_OPTIMIZATION))
     output_dir = tmp_path / "run"
     printed = _execute(
         ROOT / "colab" / "pretrain_bert.ipynb",

@@ -28,6 +28,7 @@ from tests.support import jax_training
 from tests.support import processes as python_processes
 from tests.support.multiworker import free_ports
 from tests.support.runs import ROOT, Interrupt, InterruptAfter
+from tests.support.xla_flags import with_test_flags
 
 ACCUMULATE = "phases.0.gradient_accumulation_steps=2"
 TWO_PIPELINES = "strategy.input_pipelines=2"
@@ -177,8 +178,10 @@ def launch(mode, work_dir, record_files, num_processes, devices_per_process, tim
                 JAX_PLATFORMS="cpu",
                 # LLVM's optimizations of these tiny programs cost more time than they save;
                 # every run, the one-device reference too, is compiled without them.
-                XLA_FLAGS=f"--xla_force_host_platform_device_count={devices_per_process} "
-                "--xla_backend_optimization_level=0 --xla_llvm_disable_expensive_passes=true",
+                XLA_FLAGS=with_test_flags(
+                    f"--xla_force_host_platform_device_count={devices_per_process} "
+                    "--xla_backend_optimization_level=0 --xla_llvm_disable_expensive_passes=true"
+                ),
                 CUDA_VISIBLE_DEVICES="",
                 **(
                     dict(group, KERAS_DISTRIBUTION_PROCESS_ID=str(index))

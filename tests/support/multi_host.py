@@ -9,8 +9,9 @@ Parent side (tests/training/test_multi_host.py):
 
 Each process is ``python -m tests.support.multi_host MODE WORK_DIR`` with ``KERAS_BACKEND=jax``,
 ``JAX_PLATFORMS=cpu`` and ``XLA_FLAGS=--xla_force_host_platform_device_count=D
---xla_backend_optimization_level=0`` (LLVM's optimization of the code XLA generates is most of
-what compiling these small programs costs, and every run compared is compiled alike); a group
+--xla_backend_optimization_level=0`` and the cheaper emitters of tests/support/xla_flags.py
+(compiling is most of what these small programs cost, and every run compared is compiled
+alike); a group
 of more than one names its coordinator (127.0.0.1 on a port that was free a moment before),
 size and process id in Keras's ``KERAS_DISTRIBUTION_*`` variables, which the trainer reads.
 JAX's CPU backend runs the collectives between the processes over gloo, its default on Linux.
@@ -57,6 +58,7 @@ from tests.support import processes as python_processes
 from tests.support.bert_records import write_records
 from tests.support.multiworker import free_ports
 from tests.support.runs import ROOT, InterruptAfter
+from tests.support.xla_flags import with_test_flags
 
 ACCUMULATE = "phases.0.gradient_accumulation_steps=2"
 DATA_PARALLEL = "strategy.name=data_parallel"
@@ -101,7 +103,7 @@ def run_group(mode, work_dir, num_processes, devices_per_process, timeout=300, t
                 os.environ,
                 KERAS_BACKEND="jax",
                 JAX_PLATFORMS="cpu",
-                XLA_FLAGS=_XLA_FLAGS.format(devices_per_process),
+                XLA_FLAGS=with_test_flags(_XLA_FLAGS.format(devices_per_process)),
                 CUDA_VISIBLE_DEVICES="",
             )
             if num_processes > 1:

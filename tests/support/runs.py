@@ -10,6 +10,7 @@ import h5py
 import keras
 
 from tests.support import processes
+from tests.support.xla_flags import NO_LLVM_OPTIMIZATION, with_test_flags
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -56,9 +57,9 @@ def run_on_jax(module, *args, timeout=300, optimize_compiled_code=True):
     most of what compiling small programs costs: for modules whose results are compared with
     each other, every one compiled alike, or with NumPy within the tolerances the optimized
     code passes too."""
-    xla_flags = "--xla_force_host_platform_device_count=2"
+    xla_flags = with_test_flags("--xla_force_host_platform_device_count=2")
     if not optimize_compiled_code:
-        xla_flags += " --xla_backend_optimization_level=0"
+        xla_flags += f" {NO_LLVM_OPTIMIZATION}"
     env = dict(
         os.environ,
         KERAS_BACKEND="jax",
