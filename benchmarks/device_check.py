@@ -12,9 +12,9 @@ seconds it took; at full size it runs in under 8 minutes on one accelerator:
 - ``step_time``: `benchmarks/optimizer_step.py` on BERT-base and ResNet-50 shapes (TensorFlow,
   XLA on and off; JAX, jitted, where TensorFlow is not installed or not selected): LAMB / AdamW
   and LARS / SGD-momentum, timed side by side in one run.
-- ``pretraining``: the pretraining recipe's BERT (base; ``--smoke``: tiny) in ``mixed_bfloat16``,
-  `model.fit` on synthetic NumPy batches at sequence length 128, examples per second with LAMB
-  and with Keras's AdamW in alternating rounds, on TensorFlow and on JAX.
+- ``pretraining``: the pretraining recipe's BERT (base; ``--smoke``: tiny, one layer) in
+  ``mixed_bfloat16``, `model.fit` on synthetic NumPy batches at sequence length 128, examples
+  per second with LAMB and with Keras's AdamW in alternating rounds, on TensorFlow and on JAX.
 - ``compiled_step``: `benchmarks/compiled_step.py --on-device --no-collectives`, the float32
   streams of one optimizer step on BERT-base shapes as the accelerator's compiler builds it.
 
@@ -192,7 +192,7 @@ def _compiled_apply(optimizer, variables):
     return apply
 
 
-def pretraining_throughput(size, batch_size, seq_length, steps, rounds):
+def pretraining_throughput(size, batch_size, seq_length, steps, rounds, num_layers=None):
     """Examples/s of `model.fit` on the recipe's BERT in mixed_bfloat16, LAMB against AdamW
     (same weights, same batches), alternating rounds; the median round counts. The batches are
     NumPy arrays, so no backend needs TensorFlow for them."""
@@ -246,7 +246,11 @@ def pretraining_throughput(size, batch_size, seq_length, steps, rounds):
     for name, make in optimizers.items():
         keras.utils.set_random_seed(0)
         backbone = model_lib.bert_backbone(
-            size, vocabulary_size=vocabulary, max_sequence_length=seq_length, dtype="mixed_bfloat16"
+            size,
+            vocabulary_size=vocabulary,
+            max_sequence_length=seq_length,
+            dtype="mixed_bfloat16",
+            num_layers=num_layers,
         )
         model = model_lib.BertPretrainer(backbone)
         model.compile(optimizer=make())
@@ -263,6 +267,7 @@ def pretraining_throughput(size, batch_size, seq_length, steps, rounds):
     return {
         "device": _device_name(),
         "model_size": size,
+        "num_layers": num_layers or model_lib.MODEL_SIZES[size]["num_layers"],
         "parameters": int(models["LAMB"].count_params()),
         "batch_size": batch_size,
         "seq_length": seq_length,
@@ -279,7 +284,8 @@ SIZES = {
     # check -> (full size, smoke size)
     "pretraining": (
         dict(size="base", batch_size=32, seq_length=128, steps=10, rounds=3),
-        dict(size="tiny", batch_size=2, seq_length=128, steps=1, rounds=1),
+        # One transformer layer: tracing and compiling the step is most of a smoke run.
+        dict(size="tiny", num_layers=1, batch_size=2, seq_length=128, steps=1, rounds=1),
     ),
     "step_time": (
         ["--models", "bert_base", "resnet50", "--repeats", "5"],

@@ -1,6 +1,7 @@
 """One BERT pretraining step on 1 and 2 replicas, LAMB against AdamW, side by side.
 
     python benchmarks/distributed_step.py [--size mini] [--global-batch-size 32] [--repeats 5]
+        [--num-layers N]
 
 Splits the CPU into 2 logical devices and trains `BertPretrainer` (BERT-mini by default,
 sequence length 128) on synthetic batches in the pretraining pipeline's structure, with
@@ -23,6 +24,7 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 from keras_largebatch import LAMB  # noqa: E402
+from keras_largebatch.bert.pretraining.config import MODEL_SIZES  # noqa: E402
 from keras_largebatch.bert.pretraining.model import BertPretrainer, bert_backbone  # noqa: E402
 from keras_largebatch.distribute import configure_logical_cpus  # noqa: E402
 
@@ -73,10 +75,12 @@ def optimizer(name):
     return adamw
 
 
-def make_trainer(strategy, optimizer_name, size, global_batch_size, steps):
+def make_trainer(strategy, optimizer_name, size, global_batch_size, steps, num_layers=None):
     with strategy.scope():
         model = BertPretrainer(
-            bert_backbone(size, VOCABULARY_SIZE, max_sequence_length=128, dropout=0.0)
+            bert_backbone(
+                size, VOCABULARY_SIZE, max_sequence_length=128, dropout=0.0, num_layers=num_layers
+            )
         )
         model.compile(optimizer=optimizer(optimizer_name))
     dataset = synthetic_batches(global_batch_size)
@@ -91,6 +95,12 @@ def make_trainer(strategy, optimizer_name, size, global_batch_size, steps):
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--size", default="mini", help="BERT size (default mini)")
+    parser.add_argument(
+        "--num-layers",
+        "--num_layers",
+        type=int,
+        help="transformer layers, in place of the size's (a quick check: 1)",
+    )
     parser.add_argument(
         "--global-batch-size",
         "--global_batch_size",
@@ -111,7 +121,7 @@ def main(argv=None):
     }
     trainers = {
         (replicas, name): make_trainer(
-            strategy, name, args.size, args.global_batch_size, args.steps
+            strategy, name, args.size, args.global_batch_size, args.steps, args.num_layers
         )
         for replicas, strategy in strategies.items()
         for name in ("AdamW", "LAMB")
@@ -125,6 +135,7 @@ def main(argv=None):
     seconds = {key: statistics.median(values) for key, values in times.items()}
     report = {
         "size": args.size,
+        "num_layers": args.num_layers or MODEL_SIZES[args.size]["num_layers"],
         "global_batch_size": args.global_batch_size,
         "seconds_per_step": {f"{r}_replicas/{name}": s for (r, name), s in seconds.items()},
         "lamb_over_adamw": {

@@ -42,12 +42,14 @@ def _recipe(
     model_size=None,
     batch_size=32,
     optimizer_name="lamb",
+    num_layers=None,
 ):
     """The pretraining command's recipe for one phase at sequence length 128 on the records,
     and the plan of that phase on one replica."""
     config = load_config(
         overrides=[
             f"model.size={model_size or 'tiny'}",
+            *([f"model.num_layers={num_layers}"] if num_layers else []),
             f"optimizer.name={optimizer_name}",
             f"phases.0.global_batch_size={batch_size}",
             f"phases.0.input_files={json.dumps(record_files)}",
@@ -61,12 +63,14 @@ def _recipe(
     return recipe, plan.phases[0]
 
 
-def measure_training(model_size, batch_size, record_files, vocab_file, steps, rounds):
+def measure_training(
+    model_size, batch_size, record_files, vocab_file, steps, rounds, num_layers=None
+):
     """Median examples/s per optimizer over alternating timed rounds of ``steps`` steps."""
     devices = TensorFlowDevices(tf.distribute.get_strategy())
     models = {}
     for name in ("lamb", "adamw"):
-        recipe, phase = _recipe(record_files, vocab_file, model_size, batch_size, name)
+        recipe, phase = _recipe(record_files, vocab_file, model_size, batch_size, name, num_layers)
         keras.utils.set_random_seed(0)
         model = recipe.build_model()
         model.compile(optimizer=recipe.build_optimizer(phase, model))
@@ -99,6 +103,12 @@ def main(argv=None):
     )
     add_default_data_arguments(parser)
     parser.add_argument("--model-size", "--model_size", default="mini", choices=list(MODEL_SIZES))
+    parser.add_argument(
+        "--num-layers",
+        "--num_layers",
+        type=int,
+        help="transformer layers, in place of the model size's (a quick check: 1)",
+    )
     parser.add_argument("--batch-size", "--batch_size", type=int, default=32)
     parser.add_argument("--steps", type=int, default=10, help="steps per timed round")
     # Fewer rounds let one fast first round decide the median (3 gave LAMB / AdamW 1.32 once).
@@ -116,13 +126,20 @@ def main(argv=None):
     )
     files = list(data.record_files)
     training = measure_training(
-        args.model_size, args.batch_size, files, data.vocab_file, args.steps, args.rounds
+        args.model_size,
+        args.batch_size,
+        files,
+        data.vocab_file,
+        args.steps,
+        args.rounds,
+        args.num_layers,
     )
     pipeline = measure_pipeline(files, data.vocab_file, args.batch_size, args.pipeline_batches)
     print(
         json.dumps(
             {
                 "model_size": args.model_size,
+                "num_layers": args.num_layers or MODEL_SIZES[args.model_size]["num_layers"],
                 "seq_length": 128,
                 "global_batch_size": args.batch_size,
                 "lamb_examples_per_second": training["lamb"],

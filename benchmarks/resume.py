@@ -60,6 +60,12 @@ def main(argv=None):
     parser.add_argument("--late-step", "--late_step", type=int, default=100_000)
     parser.add_argument("--replay-step", "--replay_step", type=int, default=1_000)
     parser.add_argument("--rounds", type=int, default=3, help="timed rounds at each step")
+    parser.add_argument(
+        "--num-layers",
+        "--num_layers",
+        type=int,
+        help="BERT-tiny's transformer layers, in place of its 2 (a quick check: 1)",
+    )
     args = parser.parse_args(argv)
     data = pretraining_data.create_default_pretraining_data(
         args.data_dir, dupe_factor=args.dupe_factor
@@ -67,6 +73,7 @@ def main(argv=None):
     config = load_config(
         overrides=[
             "model.size=tiny",
+            *([f"model.num_layers={args.num_layers}"] if args.num_layers else []),
             f"phases.0.global_batch_size={args.batch_size}",
             f"phases.0.steps={args.late_step + 10}",
             f"phases.0.input_files={json.dumps(list(data.record_files))}",

@@ -106,7 +106,8 @@ SMOKE = {
         ],
     ),
     "distributed_step.py": (
-        ["--size", "tiny", "--global-batch-size", "4", "--steps", "1", "--repeats", "1"],
+        ["--size", "tiny", "--num-layers", "1", "--global-batch-size", "4", "--steps", "1"]
+        + ["--repeats", "1"],
         [
             "seconds_per_step/1_replicas/LAMB",
             "seconds_per_step/2_replicas/AdamW",
@@ -135,8 +136,8 @@ SMOKE = {
         ["examples_per_second", "num_examples", "files"],
     ),
     "pretraining.py": (
-        [DATA, "--dupe-factor", "1", "--model-size", "tiny", "--batch-size", "4", "--steps", "1"]
-        + ["--rounds", "1", "--pipeline-batches", "5"],
+        [DATA, "--dupe-factor", "1", "--model-size", "tiny", "--num-layers", "1"]
+        + ["--batch-size", "4", "--steps", "1", "--rounds", "1", "--pipeline-batches", "5"],
         [
             "lamb_examples_per_second",
             "adamw_examples_per_second",
@@ -147,7 +148,7 @@ SMOKE = {
     ),
     "resume.py": (
         [DATA, "--dupe-factor", "1", "--batch-size", "4", "--late-step", "1000"]
-        + ["--replay-step", "20", "--rounds", "1"],
+        + ["--replay-step", "20", "--rounds", "1", "--num-layers", "1"],
         [
             "seconds_to_first_step/step_10",
             "seconds_to_first_step/step_1000",
