@@ -20,6 +20,7 @@ import sys
 import pytest
 
 from tests.support.runs import ROOT
+from tests.support.xla_flags import NO_LLVM_OPTIMIZATION, with_test_flags
 
 BENCHMARKS = ROOT / "benchmarks"
 DATA = "--data-dir=bert-data"  # relative to the run's working directory
@@ -167,15 +168,13 @@ SHARED = ["distributed_step.py", "gradient_noise_scale.py", "input_pipeline.py",
 SHARED += ["resume.py", "image_training.py", "optimizer_step.py", "adaptation_rule.py"]
 # LLVM's optimization of the code XLA generates is most of what compiling these small programs
 # costs; nothing here depends on the code's speed, and the device check's reference passes its
-# tolerances against NumPy without it too. JAX's CPU compiler also emits its fusions through
-# MLIR by default; its older LLVM IR emitters build the same fused programs (the same
-# collectives; streams within 0.1%) at a fraction of the cost: the device check's JAX child
-# 18 -> 12.6 CPU-s, compiled_step.py's 7.9 -> 5.5 (TensorFlow's XLA takes the flag unchanged).
-XLA_FLAGS = "--xla_backend_optimization_level=0 --xla_cpu_use_fusion_emitters=false"
+# tolerances against NumPy without it too. The cheaper fusion emitters every test process has
+# (tests/support/xla_flags.py) build the same programs: the same collectives, streams within
+# 0.1%; the device check's JAX child 18 -> 12.6 CPU-s, compiled_step.py's 7.9 -> 5.5.
 ENV = dict(
     os.environ,
     TF_CPP_MIN_LOG_LEVEL="2",
-    XLA_FLAGS=f"{os.environ.get('XLA_FLAGS', '')} {XLA_FLAGS}".strip(),
+    XLA_FLAGS=with_test_flags(f"{os.environ.get('XLA_FLAGS', '')} {NO_LLVM_OPTIMIZATION}".strip()),
 )
 # Runs each script in turn as `python SCRIPT ARGS` would (its own sys.argv, as __main__, its
 # directory first on the path) and writes {script: [exit status, stdout, stderr]} to a file.
