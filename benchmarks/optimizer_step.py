@@ -1,6 +1,7 @@
 """Time one optimizer step on real model variable shapes, side by side, and print ratios.
 
     python benchmarks/optimizer_step.py [--repeats 7] [--models bert_base resnet50]
+        [--optimizers LAMB LARS]
 
 BERT-base shapes (keras_hub.models.BertBackbone, 199 variables, 109.5M parameters):
 LAMB against keras AdamW and keras Lamb. ResNet-50 shapes (keras.applications.ResNet50,
@@ -8,7 +9,7 @@ LAMB against keras AdamW and keras Lamb. ResNet-50 shapes (keras.applications.Re
 On TensorFlow (the default backend here) XLA on and off; on JAX (``KERAS_BACKEND=jax``) a
 `jax.jit` of the optimizer's stateless step, XLA only. Each round times every optimizer once,
 in turn, so slow drifts of a shared machine hit all of them alike; the figure is the median
-over rounds.
+over rounds. ``--optimizers`` times some of them only (each model's baseline always).
 """
 
 import argparse
@@ -116,7 +117,13 @@ def time_round(steps):
     return times
 
 
-def benchmark(shapes, optimizers, baseline, repeats):
+def benchmark(shapes, optimizers, baseline, repeats, selected=None):
+    if selected:
+        optimizers = {
+            name: factory
+            for name, factory in optimizers.items()
+            if name in selected or name == baseline
+        }
     results = {}
     # JAX has no uncompiled step to time: its eager ops are not what a train step runs.
     modes = (True,) if keras.backend.backend() == "jax" else (True, False)
@@ -138,7 +145,10 @@ def benchmark(shapes, optimizers, baseline, repeats):
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
-        "--repeats", type=int, default=7, help="timed rounds per configuration (default 7)"
+        "--repeats",
+        type=int,
+        default=7,
+        help="timed rounds per configuration (default 7)",
     )
     parser.add_argument(
         "--models",
@@ -146,6 +156,12 @@ def main(argv=None):
         default=["bert_base", "resnet50"],
         choices=list(MODELS),
         help="the variables' shapes (bert_tiny and resnet_small: quick stand-ins)",
+    )
+    parser.add_argument(
+        "--optimizers",
+        nargs="+",
+        choices=sorted({*BERT_OPTIMIZERS, *RESNET_OPTIMIZERS}),
+        help="time only these (and each model's baseline; default: every one)",
     )
     args = parser.parse_args(argv)
 
@@ -156,7 +172,7 @@ def main(argv=None):
         report[name] = {
             "variables": len(shapes),
             "parameters": int(sum(np.prod(s) for s in shapes)),
-            **benchmark(shapes, optimizers, baseline, args.repeats),
+            **benchmark(shapes, optimizers, baseline, args.repeats, args.optimizers),
         }
     print(json.dumps(report, indent=2))
     return report
