@@ -15,6 +15,8 @@ import faulthandler
 import gc
 import importlib.util
 import os
+import shutil
+import subprocess
 import time
 
 from tests.support.xla_flags import with_test_flags
@@ -43,12 +45,13 @@ def pytest_configure(config):
 # With KERAS_LARGEBATCH_GC_LOG=PATH, every garbage collection of a test process that takes longer
 # than GC_LOG_SECONDS appends a line to PATH: its seconds, its generation, the test it ran in,
 # the objects it freed, those left tracked (frozen ones not counted) and the process's resident
-# memory (under pytest-xdist each worker process appends its own). A measurement aid for the suite's
-# time, off by default.
+# memory (under pytest-xdist each worker process appends its own). A collection that runs past
+# GC_DUMP_SECONDS adds every thread's Python stack and, for a full one with py-spy installed
+# (not a test dependency), the native stack. A measurement aid for the suite's time, off by default.
 GC_LOG_ENV = "KERAS_LARGEBATCH_GC_LOG"
 GC_LOG_SECONDS = 0.5
 GC_DUMP_SECONDS = 5
-_gc_state = {"test": "(collection)", "started": None, "log": None}
+_gc_state = {"test": "(collection)", "started": None, "log": None, "watcher": None}
 
 
 def _gc_callback(phase, info):
@@ -57,8 +60,22 @@ def _gc_callback(phase, info):
         # A collection still running after GC_DUMP_SECONDS writes every thread's stack to the
         # log (from faulthandler's own thread: the collecting one holds the interpreter).
         faulthandler.dump_traceback_later(GC_DUMP_SECONDS, file=_gc_state["log"])
+        if info["generation"] == 2 and shutil.which("py-spy"):
+            # Python's stacks end where the collection began; what it waits for in native code
+            # (a destructor, a lock) shows only in the native stack py-spy reads from outside.
+            _gc_state["watcher"] = subprocess.Popen(
+                f"sleep {GC_DUMP_SECONDS} && exec py-spy dump --native --pid {os.getpid()}",
+                shell=True,
+                stdout=_gc_state["log"],
+                stderr=subprocess.STDOUT,
+            )
         return
     faulthandler.cancel_dump_traceback_later()
+    watcher, _gc_state["watcher"] = _gc_state["watcher"], None
+    if watcher is not None:
+        if watcher.poll() is None and time.perf_counter() - _gc_state["started"] < GC_DUMP_SECONDS:
+            watcher.kill()
+        watcher.wait()
     if _gc_state["started"] is None:
         return
     seconds = time.perf_counter() - _gc_state["started"]
