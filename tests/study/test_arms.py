@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from keras_largebatch.study import criteria, ledger
-from keras_largebatch.study.arms import analysis, measures, protocol, runner
+from keras_largebatch.study.arms import analysis, estimate, measures, protocol, runner
 from keras_largebatch.study.arms.config import ArmConfig, preset
 from keras_largebatch.study.arms.spaces import OPTIMIZERS
 from tests.support.fashion_mnist_files import write_fashion_mnist
@@ -166,6 +166,60 @@ def test_seeds_are_fresh_and_run_the_best_settings(equal_arm):
         assert [row["seed"] for row in cell.seed_rows] == [1, 2, 3]
 
 
+def test_main_cells_on_the_pilot_s_grid_continue_the_baseline_s_pilot_cells(equal_arm, tmp_path):
+    config = fake_config(multiples=[0.6, 3, 12], main_grid=4, max_batch_size=1024, reuse_pilot=True)
+    calls = []
+    outcome = run(config, tmp_path, calls=calls)
+    state = outcome.state
+    # B_crit (about 256) times 0.6, 3 and 12 on the pilot's grid (64 times a power of 4;
+    # powers of 2 would give 128 first), the last above max_batch_size.
+    assert state.batch_sizes == [256, 1024]
+    assert state.batch_note == "fitted; 4,096 left out, above max_batch_size 1,024"
+    pilot = {cell.batch_size: cell for cell in state.pilot}
+    ran = {trial.key() for trial in calls}
+    for cell in state.main:
+        if cell.optimizer == "lars":
+            assert all(row["key"].startswith("main/") for row in cell.trial_rows)
+            continue
+        # The baseline's cell is its pilot cell there, then 2 more seeds of its own.
+        before = pilot[cell.batch_size]
+        assert [r["key"] for r in cell.trial_rows] == [r["key"] for r in before.trial_rows]
+        assert cell.seed_rows[:3] == before.seed_rows
+        assert [row["seed"] for row in cell.seed_rows] == [1, 2, 3, 4, 5]
+        assert [row["key"].split("/")[0] for row in cell.seed_rows[3:]] == ["main", "main"]
+        assert {row["key"] for row in cell.seed_rows[3:]} <= ran
+    # The same steps as without the reuse (the fake trainer is deterministic): still a tie.
+    _, by_outcome, _ = analysis.verdict(config, state, "accuracy")
+    assert by_outcome[criteria.TIE] == [256, 1024]
+    # What ran: the pilot's 4 cells of 9 trials, LARS's 2 cells of 11, Nesterov's 2 new seeds
+    # at each of its 2 batch sizes.
+    assert len(calls) == 4 * 9 + 2 * 11 + 2 * 2
+    summary = (tmp_path / "summary.md").read_text()
+    assert "Nesterov's main cells at 256, 1,024 continue its pilot cells there" in summary
+    critical = state.fit.critical_batch_size
+    assert (
+        "Main batch sizes: 256, 1,024 (fitted; 4,096 left out, above max_batch_size 1,024; "
+        f"B / B_crit {256 / critical:.2g}, {1024 / critical:.2g})."
+    ) in summary
+
+
+def test_the_estimate_counts_the_main_trials_the_protocol_runs():
+    speed = ({256: 100.0, 512: 200.0}, {256: 2.0, 512: 3.0}, 0.5)
+    fit = analysis.PilotFit((64, 1024), (500.0, 125.0), 100.0, 256.0, 200.0, 300.0)
+    # S(B) = 100 (1 + 256 / B): 200 steps at 256, 150 at 512, each with its evaluations.
+    evaluations = {s: len(measures.evaluation_steps(s, 1.04, 5)) for s in (200, 150)}
+    at_256 = 200 * 256 / 100 + evaluations[200] * 0.5 + 2.0
+    at_512 = 150 * 512 / 200 + evaluations[150] * 0.5 + 3.0
+    assert estimate.trial_seconds(fake_config(), speed, 256, 200) == pytest.approx(at_256)
+    # Both optimizers' cells: 4 search, 2 refinement and 5 seed trials each.
+    trials, seconds = estimate.main_cost(fake_config(), speed, fit, [256, 512])
+    assert (trials, seconds) == (44, pytest.approx(22 * at_256 + 22 * at_512))
+    # Reused, the baseline's cell at the pilot's 256 runs only seeds 4 and 5; 512 is not a
+    # pilot batch size.
+    trials, seconds = estimate.main_cost(fake_config(reuse_pilot=True), speed, fit, [256, 512])
+    assert (trials, seconds) == (35, pytest.approx(13 * at_256 + 22 * at_512))
+
+
 def test_the_rate_range_is_centred_by_the_scaling_rule():
     lars, nesterov = OPTIMIZERS["lars"], OPTIMIZERS["nesterov"]
     for spec, exponent in ((lars, 0.5), (nesterov, 1.0)):
@@ -220,6 +274,9 @@ def test_a_loss_target_is_reached_from_above():
         (dict(multiples=[2, 1]), "multiples must be ascending"),
         (dict(pilot_batch_sizes=[64]), "pilot_batch_sizes must be an ascending list of at least 2"),
         (dict(refinement_width=0.7), "refinement_width"),
+        (dict(main_grid=1), "main_grid"),
+        (dict(max_batch_size=32), "max_batch_size"),
+        (dict(reuse_pilot=True, seeds=1), "reuse_pilot needs seeds >= pilot_seeds"),
     ],
 )
 def test_bad_settings_are_refused_naming_the_field(overrides, message):

@@ -104,8 +104,10 @@ def pilot_fit(config, cells, metric, interval=True):
 
 def main_batch_sizes(config, fit, train_examples):
     """``(batch_sizes, note)``: ``ArmConfig.batch_sizes`` when given; otherwise ``B_crit``
-    times each of ``multiples``, rounded to the nearest power of 2 and kept within the
-    training examples. A ``B_crit`` the pilot cannot place (no fit, or perfect scaling over
+    times each of ``multiples``, rounded in log scale to the pilot's smallest batch size times
+    a power of ``main_grid`` (with 2 and a pilot of powers of 2: the nearest power of 2) and
+    kept within the training examples; those above ``max_batch_size`` are left out, and
+    ``note`` says which. A ``B_crit`` the pilot cannot place (no fit, or perfect scaling over
     the whole pilot) is taken at the pilot's edge and said in ``note``."""
     if config.batch_sizes is not None:
         return list(config.batch_sizes), "given"
@@ -124,21 +126,49 @@ def main_batch_sizes(config, fit, train_examples):
         note = "B_crit below the pilot's smallest batch size: taken as that"
     else:
         critical = fit.critical_batch_size
+    smallest, grid = config.pilot_batch_sizes[0], config.main_grid
     sizes = sorted(
         {
-            min(2 ** round(math.log2(multiple * critical)), train_examples)
+            max(
+                min(
+                    smallest * grid ** round(math.log(multiple * critical / smallest, grid)),
+                    train_examples,
+                ),
+                1,
+            )
             for multiple in config.multiples
         }
     )
-    return [max(size, 1) for size in sizes], note
+    if config.max_batch_size is not None:
+        over = [size for size in sizes if size > config.max_batch_size]
+        if over:
+            sizes = [size for size in sizes if size <= config.max_batch_size]
+            note += (
+                f"; {', '.join(f'{size:,}' for size in over)} left out, above "
+                f"max_batch_size {config.max_batch_size:,}"
+            )
+    return sizes, note
 
 
 def main_cells(config, batch_sizes, rows_by_key, metric):
     """The main `protocol.Cell`s: at each of ``batch_sizes``, the layer-wise optimizer, then
-    the baseline."""
+    the baseline (with ``reuse_pilot``, continuing its pilot cell at a pilot batch size)."""
     arm = config.definition
+
+    def continues(name, size):
+        reused = config.reuse_pilot and name == arm.baseline
+        return protocol.PILOT if reused and size in config.pilot_batch_sizes else None
+
     return [
-        protocol.walk_cell(config, protocol.MAIN, name, size, rows_by_key, metric)
+        protocol.walk_cell(
+            config,
+            protocol.MAIN,
+            name,
+            size,
+            rows_by_key,
+            metric,
+            continues=continues(name, size),
+        )
         for size in batch_sizes
         for name in (arm.layerwise, arm.baseline)
     ]

@@ -34,6 +34,14 @@ class ArmConfig:
     critical batch size ``B_crit``; the main cells then run both optimizers at ``B_crit``
     times each of ``multiples`` (rounded to a power of 2), or at ``batch_sizes`` when given.
 
+    The main batch sizes are the pilot's smallest batch size times the power of ``main_grid``
+    nearest to each multiple (with ``main_grid`` 4 and a pilot a factor of 4 apart, they are
+    the pilot's own batch sizes or its grid continued); those above ``max_batch_size`` are
+    left out. With ``reuse_pilot``, the baseline's main cell at one of the pilot's batch sizes
+    continues the pilot's cell there: the same trials by construction (the same points, seed
+    0, budget and stopping steps), so its search, refinement and first ``pilot_seeds`` seeds
+    are the pilot's rows and only its further seeds run.
+
     Every cell (an optimizer at a batch size) runs ``search_trials`` scrambled Sobol points of
     the optimizer's space at that batch size, then ``refinement_trials`` points around the
     best, then the best settings with ``seeds`` fresh seeds (1 .. seeds; the search's trials
@@ -48,6 +56,9 @@ class ArmConfig:
     pilot_batch_sizes: list = dataclasses.field(default_factory=lambda: [64, 256, 1024, 4096])
     multiples: list = dataclasses.field(default_factory=lambda: [0.5, 2, 8, 32])
     batch_sizes: Optional[list] = None  # the main cells' batch sizes; None: from the pilot
+    main_grid: int = 2  # main batch sizes: the pilot's smallest times a power of this
+    max_batch_size: Optional[int] = None  # main batch sizes above it are left out
+    reuse_pilot: bool = False  # the baseline's main cells continue its pilot cells
     budget_examples: int = 3_000_000  # examples of a trial's budget above its floor
     min_steps: int = 600  # the floor of every budget
     search_trials: int = 8  # per cell, a power of 2
@@ -95,6 +106,17 @@ class ArmConfig:
             raise ValueError(f"multiples must be ascending without repeats, got {self.multiples!r}")
         if self.batch_sizes is not None:
             _check_sizes("batch_sizes", self.batch_sizes, minimum=1)
+        _checks.check_integer("main_grid", self.main_grid, low=2)
+        if self.max_batch_size is not None:
+            _checks.check_integer(
+                "max_batch_size", self.max_batch_size, low=self.pilot_batch_sizes[0]
+            )
+        _checks.check_bool("reuse_pilot", self.reuse_pilot)
+        if self.reuse_pilot and self.seeds < self.pilot_seeds:
+            raise ValueError(
+                f"reuse_pilot needs seeds >= pilot_seeds (the pilot's seeds are the main "
+                f"cell's first), got seeds={self.seeds} and pilot_seeds={self.pilot_seeds}"
+            )
         _checks.check_integer("budget_examples", self.budget_examples, low=1)
         _checks.check_integer("min_steps", self.min_steps, low=1)
         _checks.check_integer("search_trials", self.search_trials, low=1)
@@ -179,7 +201,13 @@ PRESETS = {
         target=6.3,
         pilot_batch_sizes=[32, 128, 512, 2048],
         multiples=[0.5, 2, 8],
-        budget_examples=400_000,
+        # The largest batch sizes cost most (the examples to the target grow as
+        # 1 + B / B_crit): the main cells stay on the pilot's grid, where AdamW's cells are
+        # its pilot cells continued, and end at the pilot's largest batch size.
+        main_grid=4,
+        max_batch_size=2048,
+        reuse_pilot=True,
+        budget_examples=300_000,
         min_steps=300,
         evaluation_growth=1.1,
         first_evaluation=10,

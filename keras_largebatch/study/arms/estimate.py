@@ -56,6 +56,26 @@ def trial_seconds(config, speed, batch_size, steps):
     return steps * batch_size / rates[batch_size] + evaluations * evaluation + starts[batch_size]
 
 
+def main_cost(config, speed, fit, batch_sizes):
+    """``(trials, seconds)`` of the main cells at ``batch_sizes``, each trial training the
+    steps of the pilot's ``fit`` (`analysis.PilotFit`) within its budget."""
+    per_cell = config.search_trials + config.refinement_trials + config.seeds
+    trials, seconds = 0, 0.0
+    for size in batch_sizes:
+        steps = min(
+            fit.minimum_steps * (1 + fit.critical_batch_size / size), config.step_budget(size)
+        )
+        # With reuse_pilot the baseline's cell at a pilot batch size runs only its further seeds.
+        count = per_cell + (
+            config.seeds - config.pilot_seeds
+            if config.reuse_pilot and size in config.pilot_batch_sizes
+            else per_cell
+        )
+        trials += count
+        seconds += count * trial_seconds(config, speed, size, steps)
+    return trials, seconds
+
+
 def estimate(config, output_dir):
     """The lines ``--estimate`` prints."""
     config.validate()
@@ -85,16 +105,10 @@ def estimate(config, output_dir):
         lines.append("main cells: costed once the pilot's fit is in the ledger of " + output_dir)
         return lines
     fit = state.fit
-    per_main_cell = config.search_trials + config.refinement_trials + config.seeds
-    main = 0.0
-    for size in state.batch_sizes:
-        steps = min(
-            fit.minimum_steps * (1 + fit.critical_batch_size / size), config.step_budget(size)
-        )
-        main += 2 * per_main_cell * trial_seconds(config, speed, size, steps)
+    trials, main = main_cost(config, speed, fit, state.batch_sizes)
     lines.append(
         f"main cells at batch {', '.join(f'{s:,}' for s in state.batch_sizes)}: "
-        f"{2 * len(state.batch_sizes) * per_main_cell} trials, about {main / 3600:.1f} h at the "
+        f"{trials} trials, about {main / 3600:.1f} h at the "
         f"pilot's fit (S_min {fit.minimum_steps:.0f}, B_crit {fit.critical_batch_size:.0f})"
     )
     return lines

@@ -6,7 +6,8 @@ An arm runs two stages:
 1. **pilot**: the baseline alone, one cell per ``pilot_batch_sizes``; its seeds' steps to the
    target give the baseline's critical batch size (`analysis.pilot_fit`);
 2. **main**: both optimizers at the batch sizes the pilot sets (`analysis.main_batch_sizes`),
-   or at ``ArmConfig.batch_sizes``.
+   or at ``ArmConfig.batch_sizes``; with ``ArmConfig.reuse_pilot``, the baseline's cell at
+   one of the pilot's batch sizes continues its pilot cell (`walk_cell`'s ``continues``).
 
 A cell (a stage, an optimizer, a batch size) runs in order:
 
@@ -154,11 +155,19 @@ def _check_row(row, trial):
         )
 
 
-def walk_cell(config, stage, optimizer, batch_size, rows_by_key, metric):
+def walk_cell(config, stage, optimizer, batch_size, rows_by_key, metric, continues=None):
     """The `Cell` of ``optimizer`` at ``batch_size`` in ``stage`` given the ledger's rows
-    (``rows_by_key``: key -> row); ``metric``: the workload's."""
+    (``rows_by_key``: key -> row); ``metric``: the workload's. With ``continues`` (a stage),
+    a trial the ledger holds under that stage's key stands for this stage's (the same trial:
+    the same point, seed, budget and stopping step), so the cell continues that stage's."""
     budget = config.step_budget(batch_size)
     target = config.target
+
+    def recorded(planned):
+        row = rows_by_key.get(planned.key())
+        if row is None and continues is not None:
+            row = rows_by_key.get(planned._replace(stage=continues).key())
+        return row
 
     def trial(phase, index, seed, point, stop_after):
         return Trial(
@@ -186,7 +195,7 @@ def walk_cell(config, stage, optimizer, batch_size, rows_by_key, metric):
             if best is not None and math.isfinite(best_rank[0]):
                 stop_after = best_rank[0]
             planned = trial(phase, index, 0, point, stop_after)
-            row = rows_by_key.get(planned.key())
+            row = recorded(planned)
             if row is None:
                 return planned
             _check_row(row, planned)
@@ -212,7 +221,7 @@ def walk_cell(config, stage, optimizer, batch_size, rows_by_key, metric):
     seed_rows = []
     for seed in range(1, count + 1):
         planned = trial(SEEDS, 0, seed, tuple(best["point"]), None)
-        row = rows_by_key.get(planned.key())
+        row = recorded(planned)
         if row is None:
             return cell(planned, seed_rows)
         _check_row(row, planned)

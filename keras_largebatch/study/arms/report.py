@@ -96,7 +96,18 @@ def markdown(config, state, metric):
             "sizes)."
         )
     if state.batch_sizes is not None:
-        lines.append(f"Main batch sizes: {_sizes(state.batch_sizes)} ({state.batch_note}).")
+        times = ""
+        if fit is not None and math.isfinite(fit.critical_batch_size) and state.batch_sizes:
+            ratios = [f"{size / fit.critical_batch_size:.2g}" for size in state.batch_sizes]
+            times = f"; B / B_crit {', '.join(ratios)}"
+        lines.append(f"Main batch sizes: {_sizes(state.batch_sizes)} ({state.batch_note}{times}).")
+        reused = [size for size in state.batch_sizes if size in config.pilot_batch_sizes]
+        if config.reuse_pilot and reused:
+            lines.append(
+                f"{baseline}'s main cells at {_sizes(reused)} continue its pilot cells there: "
+                f"their search, refinement and first {config.pilot_seeds} seeds are the "
+                "pilot's trials."
+            )
     lines.append("")
     ratios, by_outcome, steps = analysis.verdict(config, state, metric)
     if ratios:
