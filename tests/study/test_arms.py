@@ -203,6 +203,36 @@ def test_main_cells_on_the_pilot_s_grid_continue_the_baseline_s_pilot_cells(equa
     ) in summary
 
 
+@pytest.mark.parametrize(
+    "critical, grid, expected, note",
+    [
+        # Fitted: the nearest point of the grid in log scale.
+        (300.0, 2, [128, 512, 2048], "fitted"),
+        (300.0, 4, [128, 512, 2048], "fitted"),
+        (700.0, 4, [512, 2048], "fitted; 8,192 left out, above max_batch_size 4,096"),
+        # B_crit taken at a pilot's edge sits between two points of a grid of 4: halves up.
+        (10.0, 4, [32, 128, 512], "B_crit below the pilot's smallest batch size: taken as that"),
+        (None, 4, [2048], "fewer than two batch sizes"),
+        (math.inf, 4, [2048], "perfect scaling over the whole pilot"),
+    ],
+)
+def test_main_batch_sizes_round_to_the_grid_and_say_where_b_crit_came_from(
+    critical, grid, expected, note
+):
+    config = fake_config(
+        pilot_batch_sizes=[32, 128, 512, 2048],
+        multiples=[0.5, 2, 8],
+        main_grid=grid,
+        max_batch_size=4096,
+    )
+    fit = None
+    if critical is not None:
+        fit = analysis.PilotFit((32, 2048), (1.0, 1.0), 100.0, critical, critical, critical)
+    sizes, said = analysis.main_batch_sizes(config, fit, 100_000)
+    assert sizes == expected
+    assert note in said
+
+
 def test_the_estimate_counts_the_main_trials_the_protocol_runs():
     speed = ({256: 100.0, 512: 200.0}, {256: 2.0, 512: 3.0}, 0.5)
     fit = analysis.PilotFit((64, 1024), (500.0, 125.0), 100.0, 256.0, 200.0, 300.0)

@@ -104,8 +104,9 @@ def pilot_fit(config, cells, metric, interval=True):
 
 def main_batch_sizes(config, fit, train_examples):
     """``(batch_sizes, note)``: ``ArmConfig.batch_sizes`` when given; otherwise ``B_crit``
-    times each of ``multiples``, rounded in log scale to the pilot's smallest batch size times
-    a power of ``main_grid`` (with 2 and a pilot of powers of 2: the nearest power of 2) and
+    times each of ``multiples``, rounded in log scale (halves up) to the pilot's smallest batch
+    size times a power of ``main_grid`` (with 2 and a pilot of powers of 2: the nearest power
+    of 2) and
     kept within the training examples; those above ``max_batch_size`` are left out, and
     ``note`` says which. A ``B_crit`` the pilot cannot place (no fit, or perfect scaling over
     the whole pilot) is taken at the pilot's edge and said in ``note``."""
@@ -127,17 +128,14 @@ def main_batch_sizes(config, fit, train_examples):
     else:
         critical = fit.critical_batch_size
     smallest, grid = config.pilot_batch_sizes[0], config.main_grid
+
+    def on_grid(size):
+        # Halves up (a B_crit taken at a pilot batch size puts 0.5x, 2x and 8x exactly
+        # between two points of a grid of 4), with room for the logarithm's rounding.
+        return smallest * grid ** math.floor(math.log(size / smallest, grid) + 0.5 + 1e-9)
+
     sizes = sorted(
-        {
-            max(
-                min(
-                    smallest * grid ** round(math.log(multiple * critical / smallest, grid)),
-                    train_examples,
-                ),
-                1,
-            )
-            for multiple in config.multiples
-        }
+        {max(min(on_grid(multiple * critical), train_examples), 1) for multiple in config.multiples}
     )
     if config.max_batch_size is not None:
         over = [size for size in sizes if size > config.max_batch_size]
