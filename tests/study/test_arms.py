@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from keras_largebatch.study import criteria, ledger
-from keras_largebatch.study.arms import analysis, estimate, measures, protocol, runner
+from keras_largebatch.study.arms import analysis, estimate, measures, protocol, report, runner
 from keras_largebatch.study.arms.config import ArmConfig, preset
 from keras_largebatch.study.arms.spaces import OPTIMIZERS
 from tests.support.fashion_mnist_files import write_fashion_mnist
@@ -181,21 +181,26 @@ def test_main_cells_on_the_pilot_s_grid_continue_the_baseline_s_pilot_cells(equa
         if cell.optimizer == "lars":
             assert all(row["key"].startswith("main/") for row in cell.trial_rows)
             continue
-        # The baseline's cell is its pilot cell there, then 2 more seeds of its own.
+        # The baseline's cell continues its pilot cell's search there, with 5 fresh seeds.
         before = pilot[cell.batch_size]
         assert [r["key"] for r in cell.trial_rows] == [r["key"] for r in before.trial_rows]
-        assert cell.seed_rows[:3] == before.seed_rows
-        assert [row["seed"] for row in cell.seed_rows] == [1, 2, 3, 4, 5]
-        assert [row["key"].split("/")[0] for row in cell.seed_rows[3:]] == ["main", "main"]
-        assert {row["key"] for row in cell.seed_rows[3:]} <= ran
+        assert cell.best is before.best
+        assert [row["seed"] for row in cell.seed_rows] == [4, 5, 6, 7, 8]
+        assert all(row["key"].startswith("main/") for row in cell.seed_rows)
+        assert {row["key"] for row in cell.seed_rows} <= ran
+        assert all(row["point"] == before.best["point"] for row in cell.seed_rows)
     # The same steps as without the reuse (the fake trainer is deterministic): still a tie.
     _, by_outcome, _ = analysis.verdict(config, state, "accuracy")
     assert by_outcome[criteria.TIE] == [256, 1024]
-    # What ran: the pilot's 4 cells of 9 trials, LARS's 2 cells of 11, Nesterov's 2 new seeds
-    # at each of its 2 batch sizes.
-    assert len(calls) == 4 * 9 + 2 * 11 + 2 * 2
+    # What ran: the pilot's 4 cells of 9 trials, LARS's 2 cells of 11, Nesterov's 5 seeds at
+    # each of its 2 batch sizes.
+    assert len(calls) == 4 * 9 + 2 * 11 + 2 * 5
     summary = (tmp_path / "summary.md").read_text()
-    assert "Nesterov's main cells at 256, 1,024 continue its pilot cells there" in summary
+    assert (
+        "Nesterov's main cells at 256, 1,024 continue its pilot cells there: their search and "
+        "refinement are the pilot's trials; their 5 seeds are fresh (4 to 8)."
+    ) in summary
+    assert "| Nesterov (the pilot's search) | 256 |" in summary
     critical = state.fit.critical_batch_size
     assert (
         "Main batch sizes: 256, 1,024 (fitted; 4,096 left out, above max_batch_size 1,024; "
@@ -210,10 +215,13 @@ def test_main_cells_on_the_pilot_s_grid_continue_the_baseline_s_pilot_cells(equa
         (300.0, 2, [128, 512, 2048], "fitted"),
         (300.0, 4, [128, 512, 2048], "fitted"),
         (700.0, 4, [512, 2048], "fitted; 8,192 left out, above max_batch_size 4,096"),
+        # Below the pilot's smallest, a grid of 2 halves it: still whole batch sizes.
+        (40.0, 2, [16, 64, 256], "fitted"),
         # B_crit taken at a pilot's edge sits between two points of a grid of 4: halves up.
         (10.0, 4, [32, 128, 512], "B_crit below the pilot's smallest batch size: taken as that"),
         (None, 4, [2048], "fewer than two batch sizes"),
         (math.inf, 4, [2048], "perfect scaling over the whole pilot"),
+        (9000.0, 4, [2048], "B_crit above the pilot's largest batch size: taken as that"),
     ],
 )
 def test_main_batch_sizes_round_to_the_grid_and_say_where_b_crit_came_from(
@@ -229,8 +237,17 @@ def test_main_batch_sizes_round_to_the_grid_and_say_where_b_crit_came_from(
     if critical is not None:
         fit = analysis.PilotFit((32, 2048), (1.0, 1.0), 100.0, critical, critical, critical)
     sizes, said = analysis.main_batch_sizes(config, fit, 100_000)
-    assert sizes == expected
+    assert sizes == expected and all(type(size) is int for size in sizes)
     assert note in said
+
+
+def test_the_report_gives_multiples_of_b_crit_only_for_a_fitted_one():
+    config = fake_config(pilot_batch_sizes=[32, 128, 512, 2048], multiples=[0.5, 2, 8])
+    for critical, expected in ((0.0, "taken as that)."), (300.0, "(fitted; B / B_crit 0.43,")):
+        fit = analysis.PilotFit((32, 2048), (1.0, 1.0), 100.0, critical, critical, critical)
+        sizes, note = analysis.main_batch_sizes(config, fit, 100_000)
+        state = analysis.ArmState([], fit, sizes, note, [])
+        assert expected in report.markdown(config, state, "accuracy")
 
 
 def test_the_estimate_counts_the_main_trials_the_protocol_runs():
@@ -244,10 +261,10 @@ def test_the_estimate_counts_the_main_trials_the_protocol_runs():
     # Both optimizers' cells: 4 search, 2 refinement and 5 seed trials each.
     trials, seconds = estimate.main_cost(fake_config(), speed, fit, [256, 512])
     assert (trials, seconds) == (44, pytest.approx(22 * at_256 + 22 * at_512))
-    # Reused, the baseline's cell at the pilot's 256 runs only seeds 4 and 5; 512 is not a
+    # Reused, the baseline's cell at the pilot's 256 runs only its 5 seeds; 512 is not a
     # pilot batch size.
     trials, seconds = estimate.main_cost(fake_config(reuse_pilot=True), speed, fit, [256, 512])
-    assert (trials, seconds) == (35, pytest.approx(13 * at_256 + 22 * at_512))
+    assert (trials, seconds) == (38, pytest.approx(16 * at_256 + 22 * at_512))
 
 
 def test_the_rate_range_is_centred_by_the_scaling_rule():
@@ -306,7 +323,6 @@ def test_a_loss_target_is_reached_from_above():
         (dict(refinement_width=0.7), "refinement_width"),
         (dict(main_grid=1), "main_grid"),
         (dict(max_batch_size=32), "max_batch_size"),
-        (dict(reuse_pilot=True, seeds=1), "reuse_pilot needs seeds >= pilot_seeds"),
     ],
 )
 def test_bad_settings_are_refused_naming_the_field(overrides, message):

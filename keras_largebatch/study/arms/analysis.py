@@ -103,13 +103,14 @@ def pilot_fit(config, cells, metric, interval=True):
 
 
 def main_batch_sizes(config, fit, train_examples):
-    """``(batch_sizes, note)``: ``ArmConfig.batch_sizes`` when given; otherwise ``B_crit``
-    times each of ``multiples``, rounded in log scale (halves up) to the pilot's smallest batch
-    size times a power of ``main_grid`` (with 2 and a pilot of powers of 2: the nearest power
-    of 2) and
-    kept within the training examples; those above ``max_batch_size`` are left out, and
-    ``note`` says which. A ``B_crit`` the pilot cannot place (no fit, or perfect scaling over
-    the whole pilot) is taken at the pilot's edge and said in ``note``."""
+    """``(batch_sizes, note)``: ``ArmConfig.batch_sizes`` when given (as given); otherwise
+    ``B_crit`` times each of ``multiples``, rounded in log scale (halves up) to the pilot's
+    smallest batch size times a power of ``main_grid`` (with 2 and a pilot of powers of 2: the
+    nearest power of 2), then to a whole number of at least 1 and at most the training
+    examples (which may leave the grid); those above ``max_batch_size`` are left out, and
+    ``note`` says which. A ``B_crit`` the pilot cannot place (no fit, perfect scaling over the
+    whole pilot, or a fit outside the pilot's batch sizes) is taken at the pilot's nearest
+    edge and said in ``note``."""
     if config.batch_sizes is not None:
         return list(config.batch_sizes), "given"
     note = "fitted"
@@ -125,6 +126,9 @@ def main_batch_sizes(config, fit, train_examples):
     elif fit.critical_batch_size < config.pilot_batch_sizes[0]:
         critical = config.pilot_batch_sizes[0]
         note = "B_crit below the pilot's smallest batch size: taken as that"
+    elif fit.critical_batch_size > config.pilot_batch_sizes[-1]:
+        critical = config.pilot_batch_sizes[-1]
+        note = "B_crit above the pilot's largest batch size: taken as that"
     else:
         critical = fit.critical_batch_size
     smallest, grid = config.pilot_batch_sizes[0], config.main_grid
@@ -135,7 +139,10 @@ def main_batch_sizes(config, fit, train_examples):
         return smallest * grid ** math.floor(math.log(size / smallest, grid) + 0.5 + 1e-9)
 
     sizes = sorted(
-        {max(min(on_grid(multiple * critical), train_examples), 1) for multiple in config.multiples}
+        {
+            max(min(round(on_grid(multiple * critical)), train_examples), 1)
+            for multiple in config.multiples
+        }
     )
     if config.max_batch_size is not None:
         over = [size for size in sizes if size > config.max_batch_size]

@@ -32,22 +32,23 @@ ARMS = {
 class ArmConfig:
     """One arm's run: a pilot of the baseline alone at ``pilot_batch_sizes`` measures its
     critical batch size ``B_crit``; the main cells then run both optimizers at ``B_crit``
-    times each of ``multiples`` (rounded to a power of 2), or at ``batch_sizes`` when given.
+    times each of ``multiples``, or at ``batch_sizes`` when given.
 
     The main batch sizes are the pilot's smallest batch size times the power of ``main_grid``
-    nearest to each multiple (with ``main_grid`` 4 and a pilot a factor of 4 apart, they are
-    the pilot's own batch sizes or its grid continued); those above ``max_batch_size`` are
-    left out. With ``reuse_pilot``, the baseline's main cell at one of the pilot's batch sizes
-    continues the pilot's cell there: the same trials by construction (the same points, seed
-    0, budget and stopping steps), so its search, refinement and first ``pilot_seeds`` seeds
-    are the pilot's rows and only its further seeds run.
+    nearest to each multiple in log scale, halves up (with ``main_grid`` 4 and a pilot a
+    factor of 4 apart, they are the pilot's own batch sizes or its grid continued); those
+    above ``max_batch_size`` are left out. With ``reuse_pilot``, the baseline's main cell at
+    one of the pilot's batch sizes continues the pilot's cell there: its search and
+    refinement are the pilot's (the same planned trials: the same points, seed 0, budgets and
+    stopping steps), and its ``seeds`` are fresh, numbered after the pilot's.
 
     Every cell (an optimizer at a batch size) runs ``search_trials`` scrambled Sobol points of
     the optimizer's space at that batch size, then ``refinement_trials`` points around the
-    best, then the best settings with ``seeds`` fresh seeds (1 .. seeds; the search's trials
-    use seed 0). A trial stops at the target, at divergence, at its budget of
-    ``max(ceil(budget_examples / B), min_steps)`` steps, or (search and refinement) at the
-    step where the cell's best so far reached the target: it can no longer be the best.
+    best, then the best settings with ``seeds`` fresh seeds (1 .. seeds, or after the
+    pilot's in a continued cell; the search's trials use seed 0). A trial stops at the
+    target, at divergence, at its budget of ``max(ceil(budget_examples / B), min_steps)``
+    steps, or (search and refinement) at the step where the cell's best so far reached the
+    target: it can no longer be the best.
     """
 
     arm: str = "resnet_lars"
@@ -112,11 +113,6 @@ class ArmConfig:
                 "max_batch_size", self.max_batch_size, low=self.pilot_batch_sizes[0]
             )
         _checks.check_bool("reuse_pilot", self.reuse_pilot)
-        if self.reuse_pilot and self.seeds < self.pilot_seeds:
-            raise ValueError(
-                f"reuse_pilot needs seeds >= pilot_seeds (the pilot's seeds are the main "
-                f"cell's first), got seeds={self.seeds} and pilot_seeds={self.pilot_seeds}"
-            )
         _checks.check_integer("budget_examples", self.budget_examples, low=1)
         _checks.check_integer("min_steps", self.min_steps, low=1)
         _checks.check_integer("search_trials", self.search_trials, low=1)

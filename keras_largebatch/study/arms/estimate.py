@@ -65,11 +65,9 @@ def main_cost(config, speed, fit, batch_sizes):
         steps = min(
             fit.minimum_steps * (1 + fit.critical_batch_size / size), config.step_budget(size)
         )
-        # With reuse_pilot the baseline's cell at a pilot batch size runs only its further seeds.
+        # With reuse_pilot the baseline's cell at a pilot batch size runs only its seeds.
         count = per_cell + (
-            config.seeds - config.pilot_seeds
-            if config.reuse_pilot and size in config.pilot_batch_sizes
-            else per_cell
+            config.seeds if config.reuse_pilot and size in config.pilot_batch_sizes else per_cell
         )
         trials += count
         seconds += count * trial_seconds(config, speed, size, steps)

@@ -7,7 +7,8 @@ An arm runs two stages:
    target give the baseline's critical batch size (`analysis.pilot_fit`);
 2. **main**: both optimizers at the batch sizes the pilot sets (`analysis.main_batch_sizes`),
    or at ``ArmConfig.batch_sizes``; with ``ArmConfig.reuse_pilot``, the baseline's cell at
-   one of the pilot's batch sizes continues its pilot cell (`walk_cell`'s ``continues``).
+   one of the pilot's batch sizes continues its pilot cell's search and refinement, with
+   fresh seeds (`walk_cell`'s ``continues``).
 
 A cell (a stage, an optimizer, a batch size) runs in order:
 
@@ -158,14 +159,16 @@ def _check_row(row, trial):
 def walk_cell(config, stage, optimizer, batch_size, rows_by_key, metric, continues=None):
     """The `Cell` of ``optimizer`` at ``batch_size`` in ``stage`` given the ledger's rows
     (``rows_by_key``: key -> row); ``metric``: the workload's. With ``continues`` (a stage),
-    a trial the ledger holds under that stage's key stands for this stage's (the same trial:
-    the same point, seed, budget and stopping step), so the cell continues that stage's."""
+    a search or refinement trial the ledger holds under that stage's key stands for this
+    stage's (the same planned trial: the same point, seed 0, budget and stopping step), and
+    the seeds are fresh: those after that stage's (``pilot_seeds + 1`` on), so no seed that
+    decided anything before (the pilot's fit, and so the batch sizes) is measured again."""
     budget = config.step_budget(batch_size)
     target = config.target
 
     def recorded(planned):
         row = rows_by_key.get(planned.key())
-        if row is None and continues is not None:
+        if row is None and continues is not None and planned.phase != SEEDS:
             row = rows_by_key.get(planned._replace(stage=continues).key())
         return row
 
@@ -218,8 +221,9 @@ def walk_cell(config, stage, optimizer, batch_size, rows_by_key, metric, continu
     if pending is not None:
         return cell(pending)
     count = config.pilot_seeds if stage == PILOT else config.seeds
+    first = config.pilot_seeds + 1 if continues is not None else 1
     seed_rows = []
-    for seed in range(1, count + 1):
+    for seed in range(first, first + count):
         planned = trial(SEEDS, 0, seed, tuple(best["point"]), None)
         row = recorded(planned)
         if row is None:

@@ -30,6 +30,8 @@ def _settings(settings):
 
 def _cell_line(cell, config, metric):
     label = OPTIMIZERS[cell.optimizer].label + (" (pilot)" if cell.stage == "pilot" else "")
+    if cell.trial_rows and cell.stage == "main" and cell.trial_rows[0]["key"].startswith("pilot/"):
+        label += " (the pilot's search)"
     if cell.pending is not None:
         return f"| {label} | {cell.batch_size:,} | not finished | | | |"
     steps = analysis.seed_steps(cell, config, metric)
@@ -97,7 +99,7 @@ def markdown(config, state, metric):
         )
     if state.batch_sizes is not None:
         times = ""
-        if fit is not None and math.isfinite(fit.critical_batch_size) and state.batch_sizes:
+        if state.batch_note.startswith("fitted") and state.batch_sizes:
             ratios = [f"{size / fit.critical_batch_size:.2g}" for size in state.batch_sizes]
             times = f"; B / B_crit {', '.join(ratios)}"
         lines.append(f"Main batch sizes: {_sizes(state.batch_sizes)} ({state.batch_note}{times}).")
@@ -105,8 +107,9 @@ def markdown(config, state, metric):
         if config.reuse_pilot and reused:
             lines.append(
                 f"{baseline}'s main cells at {_sizes(reused)} continue its pilot cells there: "
-                f"their search, refinement and first {config.pilot_seeds} seeds are the "
-                "pilot's trials."
+                f"their search and refinement are the pilot's trials; their {config.seeds} "
+                f"seeds are fresh ({config.pilot_seeds + 1} to "
+                f"{config.pilot_seeds + config.seeds})."
             )
     lines.append("")
     ratios, by_outcome, steps = analysis.verdict(config, state, metric)
