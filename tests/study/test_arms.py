@@ -374,6 +374,13 @@ def test_arm_a_runs_end_to_end_on_its_tiny_preset(tmp_path):
     assert (tmp_path / "arm" / "summary.md").read_text() == summary
     # Done: a second call trains nothing.
     assert runner.run_arm(config, str(tmp_path / "arm")).trials_trained == 0
+    # The estimate measures each batch size here and costs the pilot, and the main cells from
+    # the pilot's fit in the ledger when it has one.
+    lines = estimate.estimate(config, str(tmp_path / "arm"), examples=64)
+    rates = [float(line.split(":")[1].split()[0]) for line in lines[:2]]
+    assert [line.split(":")[0] for line in lines[:2]] == ["batch      8", "batch     16"]
+    assert min(rates) > 0 and lines[2].startswith("one validation evaluation: ")
+    assert lines[3].startswith("pilot: 6 trials; at most ") and lines[4].startswith("main cells")
 
 
 def test_the_command_reports_a_ledger_without_its_arm_and_refuses_a_run_without_one(

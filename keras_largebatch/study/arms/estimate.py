@@ -18,9 +18,31 @@ from keras_largebatch.study import ledger
 from keras_largebatch.study.arms import analysis, measures
 from keras_largebatch.study.arms.config import make_workload
 
+# Steps of the timed fit left out of its speed: the input pipeline filling its buffers.
+_SETTLING_STEPS = 2
 
-def measure(config, workload, data, batch_sizes, steps=4):
-    """``(examples_per_second, start_seconds, evaluation_seconds)`` at ``batch_sizes``."""
+
+def _step_ends():
+    """A callback that records when each training step ends."""
+    import keras
+
+    class StepEnds(keras.callbacks.Callback):
+        def __init__(self):
+            super().__init__()
+            self.times = []
+
+        def on_train_batch_end(self, batch, logs=None):
+            self.times.append(time.perf_counter())
+
+    return StepEnds()
+
+
+def measure(config, workload, data, batch_sizes, steps=4, examples=4096):
+    """``(examples_per_second, start_seconds, evaluation_seconds)`` at ``batch_sizes``: a
+    trial's start is the model's build and its first step; its speed is that of ``steps``
+    steps, or as many as train ``examples``, after the first ``_SETTLING_STEPS`` of one fit,
+    as a trial trains them (a fit's own start, its input's first batches, is a cost of the
+    trial's start, paid once)."""
     import keras
 
     rates, starts = {}, {}
@@ -32,9 +54,17 @@ def measure(config, workload, data, batch_sizes, steps=4):
         dataset = workload.train_dataset(data, batch_size, 0)
         model.fit(dataset, epochs=1, steps_per_epoch=1, verbose=0)
         starts[batch_size] = time.perf_counter() - started
-        started = time.perf_counter()
-        model.fit(dataset, epochs=1, steps_per_epoch=steps, verbose=0)
-        rates[batch_size] = steps * batch_size / (time.perf_counter() - started)
+        timed_steps = max(steps, math.ceil(examples / batch_size))
+        ends = _step_ends()
+        model.fit(
+            dataset,
+            epochs=1,
+            steps_per_epoch=_SETTLING_STEPS + timed_steps,
+            callbacks=[ends],
+            verbose=0,
+        )
+        timed = ends.times[_SETTLING_STEPS - 1 :]
+        rates[batch_size] = timed_steps * batch_size / (timed[-1] - timed[0])
     workload.evaluate(model, data, "validation")
     times = []
     for _ in range(3):
@@ -74,15 +104,15 @@ def main_cost(config, speed, fit, batch_sizes):
     return trials, seconds
 
 
-def estimate(config, output_dir):
-    """The lines ``--estimate`` prints."""
+def estimate(config, output_dir, examples=4096):
+    """The lines ``--estimate`` prints (``examples``: `measure`'s)."""
     config.validate()
     workload = make_workload(config)
     data = workload.load()
     rows = {row["key"]: row for row in ledger.read_rows(output_dir)}
     state = analysis.arm_state(config, rows, workload.metric, data.train_examples)
     sizes = sorted(set(config.pilot_batch_sizes) | set(state.batch_sizes or ()))
-    speed = measure(config, workload, data, sizes)
+    speed = measure(config, workload, data, sizes, examples=examples)
     rates, starts, evaluation = speed
     lines = [
         f"batch {size:>6,}: {rates[size]:8.0f} training examples/s, {starts[size]:.1f} s to "
