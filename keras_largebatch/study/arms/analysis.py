@@ -159,11 +159,6 @@ def main_cells(config, batch_sizes, rows_by_key, metric):
     """The main `protocol.Cell`s: at each of ``batch_sizes``, the layer-wise optimizer, then
     the baseline (with ``reuse_pilot``, continuing its pilot cell at a pilot batch size)."""
     arm = config.definition
-
-    def continues(name, size):
-        reused = config.reuse_pilot and name == arm.baseline
-        return protocol.PILOT if reused and size in config.pilot_batch_sizes else None
-
     return [
         protocol.walk_cell(
             config,
@@ -172,7 +167,7 @@ def main_cells(config, batch_sizes, rows_by_key, metric):
             size,
             rows_by_key,
             metric,
-            continues=continues(name, size),
+            continues=protocol.PILOT if config.continues_pilot(name, size) else None,
         )
         for size in batch_sizes
         for name in (arm.layerwise, arm.baseline)

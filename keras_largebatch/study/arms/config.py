@@ -88,6 +88,15 @@ class ArmConfig:
     def step_budget(self, batch_size):
         return max(math.ceil(self.budget_examples / batch_size), self.min_steps)
 
+    def continues_pilot(self, optimizer, batch_size):
+        """Whether ``optimizer``'s main cell at ``batch_size`` continues its pilot cell: with
+        ``reuse_pilot``, the baseline's cells at the pilot's batch sizes."""
+        return (
+            self.reuse_pilot
+            and optimizer == self.definition.baseline
+            and batch_size in self.pilot_batch_sizes
+        )
+
     def validate(self):
         """Checks every field; raises naming the field, the value and what is allowed."""
         _checks.check_choice("arm", self.arm, ARMS)

@@ -95,9 +95,9 @@ def main_cost(config, speed, fit, batch_sizes):
         steps = min(
             fit.minimum_steps * (1 + fit.critical_batch_size / size), config.step_budget(size)
         )
-        # With reuse_pilot the baseline's cell at a pilot batch size runs only its seeds.
+        # A baseline cell that continues its pilot cell runs only its seeds.
         count = per_cell + (
-            config.seeds if config.reuse_pilot and size in config.pilot_batch_sizes else per_cell
+            config.seeds if config.continues_pilot(config.definition.baseline, size) else per_cell
         )
         trials += count
         seconds += count * trial_seconds(config, speed, size, steps)

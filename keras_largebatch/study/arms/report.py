@@ -103,8 +103,8 @@ def markdown(config, state, metric):
             ratios = [f"{size / fit.critical_batch_size:.2g}" for size in state.batch_sizes]
             times = f"; B / B_crit {', '.join(ratios)}"
         lines.append(f"Main batch sizes: {_sizes(state.batch_sizes)} ({state.batch_note}{times}).")
-        reused = [size for size in state.batch_sizes if size in config.pilot_batch_sizes]
-        if config.reuse_pilot and reused:
+        reused = [size for size in state.batch_sizes if config.continues_pilot(arm.baseline, size)]
+        if reused:
             lines.append(
                 f"{baseline}'s main cells at {_sizes(reused)} continue its pilot cells there: "
                 f"their search and refinement are the pilot's trials; their {config.seeds} "
