@@ -9,7 +9,15 @@ import numpy as np
 import pytest
 
 from keras_largebatch.study import criteria, ledger
-from keras_largebatch.study.arms import analysis, estimate, measures, protocol, report, runner
+from keras_largebatch.study.arms import (
+    analysis,
+    estimate,
+    measures,
+    plots,
+    protocol,
+    report,
+    runner,
+)
 from keras_largebatch.study.arms.config import ArmConfig, preset
 from keras_largebatch.study.arms.spaces import OPTIMIZERS
 from tests.support.fashion_mnist_files import write_fashion_mnist
@@ -166,7 +174,9 @@ def test_seeds_are_fresh_and_run_the_best_settings(equal_arm):
         assert [row["seed"] for row in cell.seed_rows] == [1, 2, 3]
 
 
-def test_main_cells_on_the_pilot_s_grid_continue_the_baseline_s_pilot_cells(equal_arm, tmp_path):
+def test_main_cells_on_the_pilot_s_grid_continue_the_baseline_s_pilot_cells(
+    equal_arm, tmp_path, monkeypatch
+):
     config = fake_config(multiples=[0.6, 3, 12], main_grid=4, max_batch_size=1024, reuse_pilot=True)
     calls = []
     outcome = run(config, tmp_path, calls=calls)
@@ -201,6 +211,19 @@ def test_main_cells_on_the_pilot_s_grid_continue_the_baseline_s_pilot_cells(equa
         "refinement are the pilot's trials; their 5 seeds are fresh (4 to 8)."
     ) in summary
     assert "| Nesterov (the pilot's search) | 256 |" in summary
+    # The search plot: a panel per batch size of the pilot and the main cells; a continued
+    # pilot cell is drawn once, as the main cell that continues it.
+    figures = []
+    monkeypatch.setattr(plots, "_save", lambda figure, path: figures.append(figure))
+    plots.plot_search(config, state, "accuracy", "unused.png")
+    panels = {axes.get_title(): axes for axes in figures[0].axes}
+    assert list(panels) == ["batch 64", "batch 256", "batch 1,024", "batch 4,096"]
+    labels = {
+        title: [(line.get_label(), line.get_linestyle()) for line in axes.get_lines()[:-1]]
+        for title, axes in panels.items()
+    }
+    assert labels["batch 64"] == labels["batch 4,096"] == [("Nesterov (pilot)", ":")]
+    assert labels["batch 256"] == [("LARS", "-"), ("Nesterov (the pilot's search)", "-")]
     critical = state.fit.critical_batch_size
     assert (
         "Main batch sizes: 256, 1,024 (fitted; 4,096 left out, above max_batch_size 1,024; "
@@ -368,6 +391,12 @@ def test_arm_a_runs_end_to_end_on_its_tiny_preset(tmp_path):
         assert os.path.getsize(path) > 0
     text = page.read_text()
     assert "LARS against Nesterov on a ResNet" in text and "Verdict" in text
+    # The page shows the plots, linked from where it is.
+    assert (
+        "![Steps to the target against batch size, LARS and Nesterov](arm/steps_to_target.png)"
+        in text
+    )
+    assert "after each trial of each cell's search](arm/search_progress.png)" in text
     summary = (tmp_path / "arm" / "summary.md").read_text()
     # The report from the ledger alone is the same.
     runner.report_only(str(tmp_path / "arm"))

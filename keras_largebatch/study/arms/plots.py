@@ -1,6 +1,6 @@
 """An arm's two plots: the seeds' steps to the target against batch size (log-log, with the
-pilot's fit and the perfect-scaling line), and each main cell's best steps after each trial of
-its search and refinement."""
+pilot's fit and the perfect-scaling line), and each cell's best steps after each trial of its
+search and refinement."""
 
 import math
 
@@ -91,28 +91,46 @@ def plot_steps(config, state, metric, path):
     _save(figure, path)
 
 
+def search_curves(config, state):
+    """The cells of `plot_search`, by batch size: every pilot and main cell with trials, a
+    pilot cell left out where a main cell continues it (its curve is the main cell's)."""
+    continued = {
+        cell.batch_size
+        for cell in state.main
+        if cell.trial_rows and config.continues_pilot(cell.optimizer, cell.batch_size)
+    }
+    by_size = {}
+    for cell in state.pilot + state.main:
+        if not cell.trial_rows or (cell.stage == "pilot" and cell.batch_size in continued):
+            continue
+        by_size.setdefault(cell.batch_size, []).append(cell)
+    return dict(sorted(by_size.items()))
+
+
 def plot_search(config, state, metric, path):
-    """Each main cell's best steps to the target after each trial (search, then refinement:
-    the dotted line between them)."""
-    sizes = state.batch_sizes or []
-    figure = Figure(figsize=(3 * max(len(sizes), 1), 3.2), layout="constrained")
-    grid = figure.subplots(1, max(len(sizes), 1), squeeze=False)[0]
-    for axes, size in zip(grid, sizes):
-        for cell in state.main:
-            if cell.batch_size != size or not cell.trial_rows:
-                continue
+    """Each cell's best steps to the target after each trial (search, then refinement: the
+    dotted line between them), a panel per batch size; pilot cells dotted."""
+    by_size = search_curves(config, state)
+    figure = Figure(figsize=(3 * max(len(by_size), 1), 3.2), layout="constrained")
+    grid = figure.subplots(1, max(len(by_size), 1), squeeze=False)[0]
+    for axes, (size, cells) in zip(grid, by_size.items()):
+        for cell in cells:
             curve = analysis.best_so_far(cell, config, metric)
+            pilot = cell.stage == "pilot"
+            continues = not pilot and config.continues_pilot(cell.optimizer, size)
             axes.step(
                 range(1, len(curve) + 1),
                 [c if math.isfinite(c) else np.nan for c in curve],
                 where="post",
                 color=_COLOURS[cell.optimizer],
-                label=OPTIMIZERS[cell.optimizer].label,
+                linestyle=":" if pilot else "-",
+                label=OPTIMIZERS[cell.optimizer].label
+                + (" (pilot)" if pilot else " (the pilot's search)" if continues else ""),
             )
         axes.axvline(config.search_trials + 0.5, color="grey", linestyle=":", linewidth=0.8)
         axes.set_title(f"batch {size:,}")
         axes.set_xlabel("trial")
+        if axes.get_legend_handles_labels()[0]:
+            axes.legend(fontsize=7)
     grid[0].set_ylabel("best steps to the target so far")
-    if grid[0].get_legend_handles_labels()[0]:
-        grid[0].legend(fontsize=8)
     _save(figure, path)

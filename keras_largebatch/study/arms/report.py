@@ -143,6 +143,23 @@ def markdown(config, state, metric):
     return "\n".join(lines)
 
 
+def plot_links(config, output_dir, page_dir):
+    """Markdown showing the arm's two plots, linked relative to ``page_dir``."""
+    steps, search = (
+        os.path.relpath(os.path.join(os.path.abspath(output_dir), name), page_dir).replace(
+            os.sep, "/"
+        )
+        for name in (STEPS_PLOT, SEARCH_PLOT)
+    )
+    layerwise, baseline = (
+        OPTIMIZERS[name].label for name in (config.definition.layerwise, config.definition.baseline)
+    )
+    return (
+        f"![Steps to the target against batch size, {layerwise} and {baseline}]({steps})\n\n"
+        f"![Best steps to the target after each trial of each cell's search]({search})\n\n"
+    )
+
+
 def write_report(config, state, metric, output_dir):
     """Writes `FILES` into ``output_dir``; returns their paths."""
     from keras_largebatch.study.arms import plots

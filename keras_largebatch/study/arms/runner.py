@@ -97,7 +97,7 @@ def run_arm(
     state = analysis.arm_state(config, by_key, metric, data.train_examples)
     paths = report.write_report(config, state, metric, output_dir)
     if page is not None:
-        update_page(page, config, state, metric)
+        update_page(page, config, state, metric, output_dir)
         paths.append(page)
     return ArmOutcome(state, trained, paths)
 
@@ -113,7 +113,7 @@ def report_only(output_dir, page=None):
     state = analysis.arm_state(config, _rows_by_key(output_dir), metric, train_examples)
     paths = report.write_report(config, state, metric, output_dir)
     if page is not None:
-        update_page(page, config, state, metric)
+        update_page(page, config, state, metric, output_dir)
         paths.append(page)
     return paths
 
@@ -138,10 +138,13 @@ def check_page(page, arm):
     return lines, begins[0], ends[0]
 
 
-def update_page(page, config, state, metric):
-    """Replaces this arm's block of ``page`` by its report."""
+def update_page(page, config, state, metric, output_dir):
+    """Replaces this arm's block of ``page`` by its report, with the plots in ``output_dir``
+    linked from the page."""
     lines, begin, end = check_page(page, config.arm)
-    text = report.markdown(config, state, metric)
+    text = report.markdown(config, state, metric) + report.plot_links(
+        config, output_dir, os.path.dirname(os.path.abspath(page))
+    )
     _files.write_text(page, "".join(lines[: begin + 1]) + text + "".join(lines[end:]))
 
 
