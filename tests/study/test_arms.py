@@ -79,7 +79,7 @@ def fake_trainer(speedups=None, calls=None):
             if trial.stop_after is not None:
                 stop = "pruned"
         test = {"accuracy": 0.9, "loss": 0.3} if trial.phase == protocol.SEEDS else None
-        return trial.row(curve[-1][0], stop, curve, test)
+        return trial.row(curve[-1][0], stop, curve, test, seconds=36.0)  # 0.01 h each
 
     return run_trial
 
@@ -211,6 +211,11 @@ def test_main_cells_on_the_pilot_s_grid_continue_the_baseline_s_pilot_cells(
         "refinement are the pilot's trials; their 5 seeds are fresh (4 to 8)."
     ) in summary
     assert "| Nesterov (the pilot's search) | 256 |" in summary
+    # A continued cell's search is counted once, in the pilot's cost.
+    assert (
+        "Cost: 68 trials, 0.7 h of trials' wall time (the pilot 0.4 h, the main cells 0.3 h)."
+        in summary
+    )
     # The search plot: a panel per batch size of the pilot and the main cells; a continued
     # pilot cell is drawn once, as the main cell that continues it.
     figures = []

@@ -139,8 +139,27 @@ def markdown(config, state, metric):
     ]
     for cell in state.pilot + state.main:
         lines.append(_cell_line(cell, config, metric))
-    lines.append("")
+    lines += ["", _cost(state), ""]
     return "\n".join(lines)
+
+
+def _cost(state):
+    """The line of the ledger's trials and their wall time, pilot and main cells apart (a
+    continued cell's search counted once, in the pilot)."""
+    rows = {
+        row["key"]: row
+        for cell in state.pilot + state.main
+        for row in cell.trial_rows + cell.seed_rows
+    }
+    hours = {
+        stage: sum(row["seconds"] for key, row in rows.items() if key.startswith(f"{stage}/"))
+        / 3600
+        for stage in ("pilot", "main")
+    }
+    return (
+        f"Cost: {len(rows)} trials, {hours['pilot'] + hours['main']:.1f} h of trials' wall time "
+        f"(the pilot {hours['pilot']:.1f} h, the main cells {hours['main']:.1f} h)."
+    )
 
 
 def plot_links(config, output_dir, page_dir):
