@@ -128,6 +128,7 @@ def plot_search(config, state, metric, path):
                 + (" (pilot)" if pilot else " (the pilot's search)" if continues else ""),
             )
         axes.axvline(config.search_trials + 0.5, color="grey", linestyle=":", linewidth=0.8)
+        axes.set_xlim(0.5, config.search_trials + config.refinement_trials + 0.5)
         axes.set_title(f"batch {size:,}")
         axes.set_xlabel("trial")
         if axes.get_legend_handles_labels()[0]:
