@@ -41,34 +41,37 @@ def estimate(gradients, micro_batch_size):
     return _from_norms(small_norm, big_norm, micro_batch_size, len(gradients))
 
 
+def pair_estimates(gram, counts, micro_batch_size):
+    """``(|G|^2, tr(Sigma))`` estimated from micro-batch gradients drawn ``counts`` times
+    each (a bootstrap resample; all ones for the gradients themselves), given their Gram
+    matrix ``gram`` (``g_i . g_j``): ``|G|^2`` is the mean of ``g_i . g_j`` over the pairs of
+    distinct draws, ``tr(Sigma) = b (S - |G|^2)`` with ``S`` the mean of ``|g_i|^2``. A
+    micro-batch drawn twice is no pair of independent ones: its products with itself are
+    left out, else they would count its noise as signal and bias ``B_simple`` down by about
+    ``B_simple / (K b)``. ``|G|^2`` is 0 when one micro-batch was drawn every time."""
+    counts = np.asarray(counts, dtype=np.float64)
+    diagonal = np.diag(gram)
+    draws = counts.sum()
+    small_norm = float(counts @ diagonal) / draws
+    pairs = draws**2 - float(counts @ counts)
+    products = float(counts @ gram @ counts) - float(counts**2 @ diagonal)
+    squared_norm = products / pairs if pairs else 0.0
+    return squared_norm, micro_batch_size * (small_norm - squared_norm)
+
+
 def with_interval(gradients, micro_batch_size, samples, seed, confidence=0.95):
     """``(B_simple, low, high)``: `estimate` and the central ``confidence`` interval of its
-    ``samples`` bootstrap resamples of the micro-batch gradients (NaN resamples dropped).
-
-    The estimate of ``|G|^2`` is the mean of ``g_i . g_j`` over the pairs of distinct
-    micro-batches (the equations above, rewritten), and ``tr(Sigma) / b = S - |G|^2``. A
-    resample draws micro-batches with replacement, and a micro-batch drawn twice is no pair of
-    independent ones: its products with itself are left out of the resample's pairs, else
-    they would count its noise as signal and bias ``B_simple`` down by about
-    ``B_simple / (K b)``.
-    """
+    ``samples`` bootstrap resamples of the micro-batch gradients (`pair_estimates` of each;
+    NaN resamples dropped)."""
     gradients = np.asarray(gradients, dtype=np.float64)
     count = len(gradients)
     gram = gradients @ gradients.T
-    diagonal = np.diag(gram)
     generator = np.random.default_rng(seed)
     resampled = []
     for _ in range(samples):
         counts = np.bincount(generator.integers(0, count, count), minlength=count)
-        small_norm = float(counts @ diagonal) / count
-        pairs = count**2 - float(counts @ counts)  # 0: one micro-batch drawn K times
-        products = float(counts @ gram @ counts) - float(counts**2 @ diagonal)
-        squared_norm = products / pairs if pairs else 0.0
-        resampled.append(
-            micro_batch_size * (small_norm - squared_norm) / squared_norm
-            if squared_norm > 0
-            else float("nan")
-        )
+        squared_norm, trace = pair_estimates(gram, counts, micro_batch_size)
+        resampled.append(trace / squared_norm if squared_norm > 0 else float("nan"))
     resampled = np.array(resampled)
     resampled = resampled[np.isfinite(resampled)]
     value = estimate(gradients, micro_batch_size)
