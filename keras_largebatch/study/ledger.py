@@ -174,6 +174,16 @@ def prepare(output_dir, settings, overwrite=False, report_files=()):
     return [], notes
 
 
+def check_settings(output_dir, settings, partial=False):
+    """Raises `LedgerError` unless ``output_dir`` holds a study of ``settings`` (``partial``:
+    of those settings, whatever else it holds); reads only."""
+    stored = read_settings(output_dir)
+    settings = json.loads(json.dumps(settings))
+    compared = {key: stored.get(key) for key in settings} if partial else stored
+    if compared != settings:
+        raise LedgerError(_mismatch(output_dir, compared, settings))
+
+
 def _mismatch(output_dir, stored, settings):
     if stored is None:
         return (

@@ -17,9 +17,7 @@ and resampling the ``K`` gradients with replacement gives a bootstrap interval. 
 as the loss falls, each value with its own interval.
 """
 
-import keras
 import numpy as np
-import tensorflow as tf
 
 
 def _from_norms(small_norm, big_norm, micro_batch_size, count):
@@ -93,10 +91,15 @@ class NoiseScaleProbe:
         self.micro_batch_size = micro_batch_size
         self.micro_batches = micro_batches
         self.bootstrap_samples = bootstrap_samples
+        import keras
+        import tensorflow as tf
+
         self._loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
         self._gradient = tf.function(self._gradient_and_loss)
 
     def _gradient_and_loss(self, images, labels):
+        import tensorflow as tf
+
         with tf.GradientTape() as tape:
             loss = self._loss(labels, self.model(images, training=True))
         gradients = tape.gradient(loss, self.model.trainable_variables)

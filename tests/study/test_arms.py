@@ -13,6 +13,7 @@ from keras_largebatch.study.arms import (
     analysis,
     estimate,
     measures,
+    noise_scale,
     plots,
     protocol,
     report,
@@ -108,6 +109,7 @@ def run(config, output_dir, speedups=None, calls=None, **keywords):
         str(output_dir),
         run_trial=fake_trainer(speedups, calls),
         workload=FakeWorkload(),
+        noise=False,
         **keywords,
     )
 
@@ -403,6 +405,14 @@ def test_arm_a_runs_end_to_end_on_its_tiny_preset(tmp_path):
     )
     assert "after each trial of each cell's search](arm/search_progress.png)" in text
     summary = (tmp_path / "arm" / "summary.md").read_text()
+    # The complete arm measured Nesterov's noise scale at batch 8 with a fresh seed of its
+    # selected settings, 4 micro-batches a measurement, and reports its window.
+    noise = noise_scale.read(str(tmp_path / "arm"))
+    pilot = outcome.state.pilot[0]
+    assert (noise["optimizer"], noise["batch_size"], noise["seed"]) == ("nesterov", 8, 3)
+    assert noise["settings"] == pilot.best["settings"] and noise["micro_batches"] == 4
+    assert noise["points"] and all(point["trace_covariance"] for point in noise["points"])
+    assert "Nesterov's noise scale at batch 8 (seed 3): " in summary
     # The report from the ledger alone is the same.
     runner.report_only(str(tmp_path / "arm"))
     assert (tmp_path / "arm" / "summary.md").read_text() == summary
@@ -430,6 +440,10 @@ def test_the_command_reports_a_ledger_without_its_arm_and_refuses_a_run_without_
         command.main(["--preset", "tiny"])
     assert raised.value.code == 2
     assert "--arm is required" in capsys.readouterr().err
+    # The noise scale of another arm's ledger is refused before its data are read.
+    noise = ["--arm", "resnet_lars", "--output-dir", str(directory), "--noise-scale"]
+    assert command.main(noise + ["--data-dir", str(directory / "none")]) == 2
+    assert "holds a study with other settings" in capsys.readouterr().err
 
 
 def test_a_cell_s_line_tells_a_diverged_seed_from_one_out_of_budget():

@@ -1,7 +1,8 @@
 """``python -m keras_largebatch.study.arms``: run one arm of the study's second edition.
 
 Parses the options and calls `runner.run_arm` (``--report-only``: `runner.report_only`;
-``--estimate``: `estimate.estimate`); see `keras_largebatch.study.arms`.
+``--estimate``: `estimate.estimate`; ``--noise-scale``: `noise_scale.measure`, then the
+report); see `keras_largebatch.study.arms`.
 """
 
 import sys
@@ -33,6 +34,12 @@ def parse_arguments(argv=None):
         help="measure the workload's speed here and print what the arm would cost",
     )
     parser.add_argument(
+        "--noise-scale",
+        action="store_true",
+        help="measure the baseline's noise scale now (the pilot's first cell must be "
+        "complete; a complete arm measures it anyway), then report",
+    )
+    parser.add_argument(
         "--overwrite",
         action="store_true",
         help="start over in an output directory holding an arm with other settings",
@@ -61,6 +68,12 @@ def main(argv=None):
 
             for line in estimate.estimate(config, output_dir):
                 print(line)
+            return 0
+        if arguments.noise_scale:
+            from keras_largebatch.study.arms import noise_scale
+
+            noise_scale.measure(config, output_dir)
+            runner.report_only(output_dir, page=arguments.page)
             return 0
         runner.run_arm(
             config,

@@ -71,7 +71,9 @@ class ArmConfig:
     evaluation_growth: float = 1.05  # the validation set is evaluated at steps growing so
     first_evaluation: int = 5  # the first evaluated step
     search_seed: int = 0  # of the Sobol scramble
-    bootstrap_samples: int = 2000  # of the B_crit interval
+    bootstrap_samples: int = 2000  # of the B_crit interval and of the noise scale's
+    noise_micro_batches: int = 128  # per measurement of the noise scale (`noise_scale`)
+    noise_growth: float = 1.15  # the noise scale's measured steps grow by this factor
     data_dir: Optional[str] = None  # where the workload's data are read or cached
 
     @property
@@ -140,6 +142,8 @@ class ArmConfig:
         _checks.check_integer("first_evaluation", self.first_evaluation, low=1)
         _checks.check_integer("search_seed", self.search_seed, low=0)
         _checks.check_integer("bootstrap_samples", self.bootstrap_samples, low=1)
+        _checks.check_integer("noise_micro_batches", self.noise_micro_batches, low=2)
+        _checks.check_number("noise_growth", self.noise_growth, low=1, low_open=True)
         if self.data_dir is not None:
             _checks.check_string("data_dir", self.data_dir)
         return self
@@ -170,6 +174,8 @@ _TINY = dict(
     evaluation_growth=1.5,
     first_evaluation=2,
     bootstrap_samples=50,
+    noise_micro_batches=4,
+    noise_growth=1.5,
 )
 _TINY_RESNET = dict(train_examples=320, validation_examples=64, second_stage_filters=8)
 _TINY_BERT = dict(

@@ -25,8 +25,9 @@ def _finite(values):
     return [v for v in values if v is not None]
 
 
-def plot_steps(config, state, metric, path):
-    """Median steps to the target (seeds' range as bars) per optimizer and batch size."""
+def plot_steps(config, state, metric, path, noise=None):
+    """Median steps to the target (seeds' range as bars) per optimizer and batch size, the
+    pilot's fit and its B_crit, and the window's B_simple of ``noise`` (`noise_scale.read`)."""
     figure = Figure(figsize=(7, 5), layout="constrained")
     axes = figure.add_subplot()
     series = {}
@@ -80,6 +81,19 @@ def plot_steps(config, state, metric, path):
             color="grey",
             linewidth=0.8,
             label=f"B_crit {fit.critical_batch_size:,.0f}{interval}",
+        )
+    window = (noise or {}).get("window")
+    if window is not None and window["b_simple"] is not None and window["b_simple"] > 0:
+        interval = (
+            f" [{window['low']:,.0f}, {window['high']:,.0f}]" if window["low"] is not None else ""
+        )
+        axes.axvline(
+            window["b_simple"],
+            color="black",
+            linestyle="-.",
+            linewidth=0.8,
+            label=f"B_simple {window['b_simple']:,.0f}{interval} (batch "
+            f"{noise['batch_size']:,}, steps {window['first_step']:,}-{window['last_step']:,})",
         )
     axes.set_xscale("log", base=2)
     axes.set_yscale("log")

@@ -8,7 +8,7 @@ import os
 
 from keras_largebatch import _files
 from keras_largebatch.study import criteria
-from keras_largebatch.study.arms import analysis, measures
+from keras_largebatch.study.arms import analysis, measures, noise_scale
 from keras_largebatch.study.arms.spaces import OPTIMIZERS
 
 SUMMARY = "summary.md"
@@ -82,8 +82,44 @@ def _median(steps):
     return (numbers[middle - 1] + numbers[middle]) / 2
 
 
-def markdown(config, state, metric):
-    """The report of an arm's ``state`` (`analysis.ArmState`)."""
+def _noise_line(baseline, noise):
+    """The sentence of the noise scale's window (`noise_scale.read`)."""
+    window = noise["window"]
+    run = f"{baseline}'s noise scale at batch {noise['batch_size']:,} (seed {noise['seed']})"
+    if window is None and noise["steps_to_target"] is None:
+        return (
+            f"{run}: its run did not reach the target ({noise['stop']} after "
+            f"{noise['steps_trained']:,} steps), so there is no window."
+        )
+    if window is None:
+        return (
+            f"{run}: no measurement fell in the second half of its way to the target at step "
+            f"{noise['steps_to_target']:,}."
+        )
+    spread = ""
+    if window["points_min"] is not None:
+        spread = (
+            f"; {window['positive_points']} of the single measurements gave a positive "
+            f"|G|^2, and B_simple {window['points_min']:,.0f} to {window['points_max']:,.0f}"
+        )
+    if window["b_simple"] is None:
+        value = "not estimated (the window's |G|^2 estimate was not positive)"
+    else:
+        interval = (
+            f" [{window['low']:,.0f}, {window['high']:,.0f}]" if window["low"] is not None else ""
+        )
+        value = f"B_simple = {window['b_simple']:,.0f}{interval}, the ratio of the averages"
+    return (
+        f"{run}: {value} over its {window['points']} measurements from step "
+        f"{window['first_step']:,} to {window['last_step']:,} (the second half of its way to "
+        f"the target at step {noise['steps_to_target']:,}; the interval resamples the "
+        f"measurements and their micro-batches{spread})."
+    )
+
+
+def markdown(config, state, metric, noise=None):
+    """The report of an arm's ``state`` (`analysis.ArmState`) and ``noise`` (its noise scale,
+    `noise_scale.read`)."""
     arm = config.definition
     layerwise, baseline = (OPTIMIZERS[arm.layerwise].label, OPTIMIZERS[arm.baseline].label)
     quantity = "accuracy" if metric == measures.ACCURACY else "masked-LM loss"
@@ -97,6 +133,8 @@ def markdown(config, state, metric):
             f"(S_min {fit.minimum_steps:,.0f} steps; the interval resamples seeds and batch "
             "sizes)."
         )
+    if noise is not None:
+        lines.append(_noise_line(baseline, noise))
     if state.batch_sizes is not None:
         times = ""
         if state.batch_note.startswith("fitted") and state.batch_sizes:
@@ -183,8 +221,9 @@ def write_report(config, state, metric, output_dir):
     """Writes `FILES` into ``output_dir``; returns their paths."""
     from keras_largebatch.study.arms import plots
 
+    noise = noise_scale.read(output_dir)
     paths = [os.path.join(output_dir, name) for name in FILES]
-    _files.write_text(paths[0], markdown(config, state, metric))
-    plots.plot_steps(config, state, metric, paths[1])
+    _files.write_text(paths[0], markdown(config, state, metric, noise))
+    plots.plot_steps(config, state, metric, paths[1], noise)
     plots.plot_search(config, state, metric, paths[2])
     return paths

@@ -8,7 +8,7 @@ from typing import NamedTuple
 from keras_largebatch import _checks, _files
 from keras_largebatch._logging import ProgressLog
 from keras_largebatch.study import ledger
-from keras_largebatch.study.arms import analysis, measures, report
+from keras_largebatch.study.arms import analysis, measures, noise_scale, report
 from keras_largebatch.study.arms.config import ArmConfig, make_workload
 
 _progress = ProgressLog("study")
@@ -39,14 +39,23 @@ def ledger_settings(config, workload, data):
 
 
 def run_arm(
-    config, output_dir, overwrite=False, run_trial=None, page=None, max_trials=None, workload=None
+    config,
+    output_dir,
+    overwrite=False,
+    run_trial=None,
+    page=None,
+    max_trials=None,
+    workload=None,
+    noise=True,
 ):
     """Runs ``config``'s arm (an `ArmConfig`) into ``output_dir``, continuing its ledger
     (``overwrite`` starts over when the settings differ), then writes the report and, with
     ``page``, the page's block for this arm (`update_page`). ``run_trial(trial, config,
     workload, data)`` defaults to `trial.run_trial`; ``max_trials`` stops after that many
     trials (the rest on the next call); ``workload`` defaults to the arm's
-    (`config.make_workload`). Every check runs before the first trial."""
+    (`config.make_workload`). With ``noise``, a complete arm then measures its noise scale
+    (`noise_scale.measure`, once; a fake workload has no model to measure). Every check runs
+    before the first trial."""
     config.validate()
     if max_trials is not None:
         _checks.check_integer("max_trials", max_trials, low=0)
@@ -67,7 +76,10 @@ def run_arm(
     if run_trial is None:
         from keras_largebatch.study.arms.trial import run_trial
     rows, notes = ledger.prepare(
-        output_dir, ledger_settings(config, workload, data), overwrite, report_files=report.FILES
+        output_dir,
+        ledger_settings(config, workload, data),
+        overwrite,
+        report_files=report.FILES + (noise_scale.NOISE_FILE,),
     )
     for note in notes:
         _progress(note)
@@ -75,10 +87,12 @@ def run_arm(
     metric = workload.metric
     trained = 0
     started = time.perf_counter()
+    complete = False
     while max_trials is None or trained < max_trials:
         state = analysis.arm_state(config, by_key, metric, data.train_examples, interval=False)
         trial = state.next_trial()
         if trial is None:
+            complete = True
             break
         _progress(
             f"{config.arm} {trial.stage} {trial.optimizer} batch {trial.batch_size}: "
@@ -94,6 +108,10 @@ def run_arm(
             f"  {row['stop']} after {row['steps_trained']} steps; target "
             f"{'at step ' + str(reached) if reached else 'not reached'} ({row['seconds']:.0f} s)"
         )
+    if noise and complete and noise_scale.read(output_dir) is None:
+        _progress(f"{config.arm}: the noise scale at batch {config.pilot_batch_sizes[0]:,}")
+        measured = noise_scale.measure(config, output_dir, workload=workload)
+        _progress(f"  {measured['seconds']:.0f} s")
     state = analysis.arm_state(config, by_key, metric, data.train_examples)
     paths = report.write_report(config, state, metric, output_dir)
     if page is not None:
@@ -142,7 +160,7 @@ def update_page(page, config, state, metric, output_dir):
     """Replaces this arm's block of ``page`` by its report, with the plots in ``output_dir``
     linked from the page."""
     lines, begin, end = check_page(page, config.arm)
-    text = report.markdown(config, state, metric) + report.plot_links(
+    text = report.markdown(config, state, metric, noise_scale.read(output_dir)) + report.plot_links(
         config, output_dir, os.path.dirname(os.path.abspath(page))
     )
     _files.write_text(page, "".join(lines[: begin + 1]) + text + "".join(lines[end:]))

@@ -82,9 +82,10 @@ class _Evaluations(keras.callbacks.Callback):
         self.model.stop_training = True
 
 
-def run_trial(trial, config, workload, data):
+def run_trial(trial, config, workload, data, callbacks=()):
     """Trains ``trial`` (a `protocol.Trial`) of ``config``'s arm on ``workload``'s ``data``;
-    returns its ledger row (`keras_largebatch.study.ledger.COLUMNS`)."""
+    returns its ledger row (`keras_largebatch.study.ledger.COLUMNS`). ``callbacks`` run after
+    the trial's own, which stops it."""
     started = time.perf_counter()
     arm = config.definition
     model = workload.build_model(trial.seed)
@@ -111,7 +112,7 @@ def run_trial(trial, config, workload, data):
         workload.train_dataset(data, trial.batch_size, trial.seed),
         epochs=1,
         steps_per_epoch=budget,
-        callbacks=[evaluations],
+        callbacks=[evaluations, *callbacks],
         verbose=0,
     )
     test = None
