@@ -70,14 +70,19 @@ def with_interval(gradients, micro_batch_size, samples, seed, confidence=0.95):
         counts = np.bincount(generator.integers(0, count, count), minlength=count)
         squared_norm, trace = pair_estimates(gram, counts, micro_batch_size)
         resampled.append(trace / squared_norm if squared_norm > 0 else float("nan"))
-    resampled = np.array(resampled)
+    return (estimate(gradients, micro_batch_size), *percentile_interval(resampled, confidence))
+
+
+def percentile_interval(resampled, confidence=0.95):
+    """``(low, high)``: the central ``confidence`` interval of the finite values of
+    ``resampled`` (NaN, NaN when none is finite)."""
+    resampled = np.asarray(resampled, dtype=np.float64)
     resampled = resampled[np.isfinite(resampled)]
-    value = estimate(gradients, micro_batch_size)
     if not len(resampled):
-        return value, float("nan"), float("nan")
+        return float("nan"), float("nan")
     tail = 100 * (1 - confidence) / 2
     low, high = np.percentile(resampled, [tail, 100 - tail], method="nearest")
-    return value, float(low), float(high)
+    return float(low), float(high)
 
 
 class NoiseScaleProbe:

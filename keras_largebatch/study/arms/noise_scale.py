@@ -69,13 +69,7 @@ def window_estimate(points, micro_batch_size, samples, seed=0, confidence=0.95):
             for i in chosen
         ]
         resampled.append(ratio(chosen, counts))
-    resampled = np.array(resampled)
-    resampled = resampled[np.isfinite(resampled)]
-    if not len(resampled):
-        return value, math.nan, math.nan
-    tail = 100 * (1 - confidence) / 2
-    low, high = np.percentile(resampled, [tail, 100 - tail], method="nearest")
-    return value, float(low), float(high)
+    return (value, *noise_lib.percentile_interval(resampled, confidence))
 
 
 class MicroBatchGradients:
@@ -149,7 +143,7 @@ def _probe(steps, batches, count):
     return Probe()
 
 
-def measure(config, output_dir, workload=None, run_trial=None):
+def measure(config, output_dir, workload=None):
     """Measures the noise scale of ``config``'s arm into ``output_dir``'s `NOISE_FILE` (not
     again when it is there); returns what it holds. The ledger there must be this arm's,
     with the baseline's pilot cell at its smallest batch size complete."""
@@ -200,8 +194,8 @@ def measure(config, output_dir, workload=None, run_trial=None):
         stream,
         config.noise_micro_batches,
     )
-    if run_trial is None:
-        from keras_largebatch.study.arms.trial import run_trial
+    from keras_largebatch.study.arms.trial import run_trial
+
     started = time.perf_counter()
     row = run_trial(trial, config, workload, data, callbacks=[probe])
     result = summarize(config, row, probe.points, workload.metric)
