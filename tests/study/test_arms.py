@@ -451,12 +451,12 @@ def test_a_cell_s_line_tells_a_diverged_seed_from_one_out_of_budget():
 
     config = ArmConfig(target=0.87)
 
-    def row(stop, accuracy):
+    def row(stop, accuracy, test_accuracy=0.87):
         # (step, validation accuracy, validation loss) at steps 10 and 206
         return {
             "stop": stop,
             "curve": [[10, 0.5, 1.0], [206, accuracy, 0.4]],
-            "test_accuracy": None if stop == "diverged" else 0.87,
+            "test_accuracy": None if stop == "diverged" else test_accuracy,
             "step_budget": 1563,
         }
 
@@ -473,3 +473,7 @@ def test_a_cell_s_line_tells_a_diverged_seed_from_one_out_of_budget():
     both = line(row("target", 0.9), row("budget", 0.8), row("diverged", 0.1))
     assert "1 of 3 seeds not within the 1,563-step budget; 1 of 3 seeds diverged" in both
     assert "| 206 |" in line(row("target", 0.9), row("target", 0.95))
+    # The test accuracy's median of an even number of seeds is the mean of the middle two.
+    tested = line(*(row("target", 0.9, accuracy) for accuracy in (0.80, 0.86, 0.90, 0.92)))
+    assert "| 0.8800 |" in tested
+    assert "| 0.8300 |" in line(row("target", 0.9, 0.8), row("target", 0.9, 0.86))

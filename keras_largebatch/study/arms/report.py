@@ -44,7 +44,7 @@ def _cell_line(cell, config, metric):
     else:
         spread = f"{finite[0]:,}-{finite[-1]:,}"
     tests = [row[f"test_{metric}"] for row in cell.seed_rows if row[f"test_{metric}"] is not None]
-    test = f"{sorted(tests)[len(tests) // 2]:.4f}" if tests else ""
+    test = f"{_median(tests):.4f}" if tests else ""
     budget = (
         cell.seed_rows[0]["step_budget"] if cell.seed_rows else config.step_budget(cell.batch_size)
     )
