@@ -7,6 +7,7 @@ import math
 import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
 
 from keras_largebatch import _files
 from keras_largebatch.study.arms import analysis
@@ -145,6 +146,7 @@ def plot_search(config, state, metric, path):
         axes.set_xlim(0.5, config.search_trials + config.refinement_trials + 0.5)
         axes.set_title(f"batch {size:,}")
         axes.set_xlabel("trial")
+        axes.xaxis.set_major_locator(MaxNLocator(integer=True))
         if axes.get_legend_handles_labels()[0]:
             axes.legend(fontsize=7)
     grid[0].set_ylabel("best steps to the target so far")
